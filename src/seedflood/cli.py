@@ -1,0 +1,81 @@
+"""The ``seedflood`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from seedflood.config import ConfigError, load_config
+from seedflood.models import ModelError
+from seedflood.tasks import DataError
+from seedflood.topology import TopologyError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console(stderr=True)
+USER_ERRORS = (ConfigError, DataError, TopologyError, ModelError)
+
+
+@app.callback()
+def main() -> None:
+    """Decentralized training of language models with no central server."""
+
+
+def _fail(error: Exception) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {error}")
+    return typer.Exit(code=2)
+
+
+@app.command()
+def run(
+    config_file: Annotated[Path, typer.Argument(help="YAML run config")],
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config key: key=value")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Results directory")] = None,
+) -> None:
+    """Train with one method and write results.json and history.jsonl."""
+    from seedflood.simulator import run as run_simulation
+
+    try:
+        config = load_config(config_file, set_ or [])
+    except ConfigError as error:
+        raise _fail(error) from None
+    out_dir = out or Path("results") / config_file.stem
+    columns = (
+        TextColumn("[bold]round"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("rounds", total=config.rounds, status="loading model and data")
+
+        def show(done: int, record: dict[str, Any]) -> None:
+            if record["event"] == "zero_shot":
+                console.print(f"zero-shot test accuracy: {record['test_accuracy']:.4f}")
+                return
+            status = f"loss {record['train_loss']:.4f}  val acc {record['accuracy']:.3f}"
+            bar.update(task, completed=done, status=status)
+
+        try:
+            results = run_simulation(config, out_dir, progress=show)
+        except USER_ERRORS as error:
+            raise _fail(error) from None
+    for note in results["data_notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(
+        f"consensus distance {results['consensus_distance']:.3g}, "
+        f"bytes per edge max {results['bytes_per_edge_max']:,} "
+        f"({results['messages_per_edge_max']:,} messages), "
+        f"wall {results['wall_seconds']:.0f} s, peak RSS {results['peak_rss_mb']:.0f} MB"
+    )
+    console.print(f"results in {out_dir}/results.json")
+    console.print(
+        f"zero-shot test accuracy {results['zero_shot_accuracy']:.4f} → "
+        f"final test accuracy {results['accuracy']:.4f}"
+    )

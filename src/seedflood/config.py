@@ -1,0 +1,116 @@
+"""Run configurations: plain data, loaded from YAML, overridable from the command line.
+
+Every key is validated up front so that a typo or an impossible value fails in the first second
+with the key's name and what is allowed, not after the model has loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from seedflood.tasks import TASKS
+from seedflood.topology import TOPOLOGIES
+
+METHODS: tuple[str, ...] = ("seedflood",)
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the person who wrote the config."""
+
+
+class RunConfig(BaseModel):
+    """One training run. Defaults follow the paper where it states them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "smollm2-135m"
+    task: Literal[TASKS] = "sst2"  # type: ignore[valid-type]
+    data_dir: str | None = None
+    n_train: int = Field(1024, ge=1)
+    n_val: int = Field(500, ge=1)
+    n_test: int = Field(1000, ge=1)
+    partition: Literal["uniform", "dirichlet"] = "uniform"
+    alpha: float = Field(0.5, gt=0)
+    max_length: int = Field(256, ge=8)
+
+    clients: int = Field(16, ge=2)
+    topology: Literal[TOPOLOGIES] = "ring"  # type: ignore[valid-type]
+    topology_degree: int = Field(3, ge=1)
+    topology_p: float | None = Field(None, gt=0, le=1)
+    edgelist: str | None = None
+
+    method: Literal[METHODS] = "seedflood"  # type: ignore[valid-type]
+    direction: Literal["subcge", "dense"] = "subcge"
+    rank: int = Field(32, ge=1)
+    refresh: int = Field(1000, ge=1)
+    eps: float = Field(1e-3, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(16, ge=1)
+    rounds: int = Field(100, ge=1)
+    local_steps: int = Field(1, ge=1)
+    hops: int | None = Field(None, ge=1)
+    scalar_format: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+    eval_every: int = Field(10, ge=1)
+    eval_examples: int | None = Field(None, ge=1)
+    eval_clients: int = Field(4, ge=1)
+    eval_batch_size: int = Field(32, ge=1)
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _edgelist_needs_file(self) -> RunConfig:
+        if self.topology == "edgelist" and not self.edgelist:
+            raise ValueError("topology 'edgelist' needs the key 'edgelist': a path to an edge file")
+        return self
+
+    def resolved_data_dir(self) -> str | None:
+        """The data directory: the config's, else $SEEDFLOOD_DATA_DIR, else None (the hub)."""
+        return self.data_dir or os.environ.get("SEEDFLOOD_DATA_DIR") or None
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "config"
+        if item["type"] == "extra_forbidden":
+            allowed = ", ".join(RunConfig.model_fields)
+            lines.append(f"unknown key '{key}'. Allowed keys: {allowed}")
+        else:
+            lines.append(f"key '{key}': {item['msg']} (got {item.get('input')!r})")
+    return "invalid run config:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` with the value read as YAML, so numbers and nulls keep their types."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def load_config(
+    path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()
+) -> RunConfig:
+    """Read a YAML config (or start from the defaults) and apply ``key=value`` overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{file} must hold a mapping of keys to values")
+        data.update(loaded or {})
+    data.update(parse_override(o) for o in overrides)
+    try:
+        return RunConfig(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None

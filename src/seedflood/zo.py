@@ -1,0 +1,258 @@
+"""Zeroth-order directions, seeds and the two-point estimate.
+
+A SeedFlood update is fully described by (origin, step, scalar): the direction u is regenerated
+from a seed derived from (run_seed, origin, step), so every client can rebuild any client's update.
+Two direction families are provided:
+
+- ``dense`` (MeZO): u ~ N(0, I_d) over every trainable parameter, drawn with a dedicated
+  ``torch.Generator`` in canonical parameter order. Applying one message costs O(d).
+- ``subcge``: for every weight matrix W (m × n_in) and subspace epoch e = ⌊t / T⌋ all clients
+  derive the same orthonormal basis V_e (n_in × r). A seed picks one (row, column, sign) per matrix,
+  so u restricted to W is √(m·r) · sign · e_row V_e[:, col]ᵀ and E[u uᵀ] is the projector onto
+  {A V_eᵀ}. A message touches one row per matrix: O(Σ n_in) instead of O(d).
+
+Every change to the parameters goes through :class:`Touch`, which adds ``coef * values`` to views of
+the parameters. Computing ``coef * values`` first and adding it second (never a fused
+multiply-add) keeps per-message, batched and replayed application bit-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+DIRECTIONS: tuple[str, ...] = ("subcge", "dense")
+
+
+def derive_seed(run_seed: int, *parts: int | str) -> int:
+    """A 63-bit seed that depends on every part, so no seed ever needs to travel."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in (run_seed, *parts):
+        data = part.encode() if isinstance(part, str) else struct.pack("<q", part)
+        digest.update(struct.pack("<B", len(data)) + data)
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
+def message_seed(run_seed: int, origin: int, step: int) -> int:
+    """The seed of client ``origin``'s update at ``step``; every client computes the same one."""
+    return derive_seed(run_seed, "message", origin, step)
+
+
+@dataclass
+class Touch:
+    """The parameter views a direction touches and the direction's values there."""
+
+    views: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    def add_(self, coef: float) -> None:
+        for view, value in zip(self.views, self.values, strict=True):
+            view.add_(value * coef)
+
+    def snapshot(self) -> list[torch.Tensor]:
+        return [view.clone() for view in self.views]
+
+    def restore(self, saved: Sequence[torch.Tensor]) -> None:
+        for view, value in zip(self.views, saved, strict=True):
+            view.copy_(value)
+
+
+def two_point_estimate(loss: Callable[[], float], touch: Touch, eps: float) -> tuple[float, float]:
+    """(f(x+εu) − f(x−εu)) / 2ε and the mean of the two losses.
+
+    The parameters are saved and copied back rather than shifted by −2εu and +εu, so they come back
+    bit-identical.
+    """
+    saved = touch.snapshot()
+    touch.add_(eps)
+    loss_plus = loss()
+    touch.restore(saved)
+    touch.add_(-eps)
+    loss_minus = loss()
+    touch.restore(saved)
+    return (loss_plus - loss_minus) / (2.0 * eps), (loss_plus + loss_minus) / 2.0
+
+
+class DenseDirection:
+    """MeZO's Gaussian direction over every trainable parameter."""
+
+    name = "dense"
+
+    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+        self.params = list(params)
+
+    def touch(self, seed: int, step: int) -> Touch:
+        generator = torch.Generator().manual_seed(seed)
+        values = [
+            torch.randn(p.shape, generator=generator, dtype=p.dtype, device="cpu").to(p.device)
+            for p in self.params
+        ]
+        return Touch([p.data for p in self.params], values)
+
+    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
+        """Apply (seed, step, coef) updates in the given order."""
+        for seed, step, coef in updates:
+            self.touch(seed, step).add_(coef)
+
+    def region(self, updates: Sequence[tuple[int, int, float]]) -> Region:
+        return Region([p.data for p in self.params], [None] * len(self.params))
+
+
+class SubCGEDirection:
+    """Subspace canonical-basis directions: one (row, column, sign) per weight matrix."""
+
+    name = "subcge"
+
+    def __init__(
+        self, matrices: Sequence[nn.Parameter], *, rank: int, refresh: int, run_seed: int
+    ) -> None:
+        if not matrices:
+            raise ValueError("subcge needs at least one weight matrix to train")
+        smallest = min(w.shape[1] for w in matrices)
+        if rank < 1 or rank > smallest:
+            raise ValueError(
+                f"rank must be between 1 and the smallest matrix input dimension ({smallest}); "
+                f"got {rank}"
+            )
+        if refresh < 1:
+            raise ValueError(f"refresh must be at least 1 step; got {refresh}")
+        self.matrices = [w.data for w in matrices]
+        self.rank = rank
+        self.refresh = refresh
+        self.run_seed = run_seed
+        self.rows_per_matrix = torch.tensor([w.shape[0] for w in matrices], dtype=torch.long)
+        self.scales = [math.sqrt(w.shape[0] * rank) for w in matrices]
+        self._bases: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
+
+    def epoch(self, step: int) -> int:
+        return step // self.refresh
+
+    def basis(self, epoch: int) -> list[torch.Tensor]:
+        """V_e for every matrix: orthonormal columns, the same on every client.
+
+        Two epochs stay cached because late messages of the previous epoch can still arrive.
+        """
+        if epoch not in self._bases:
+            bases = []
+            for index, w in enumerate(self.matrices):
+                generator = torch.Generator().manual_seed(
+                    derive_seed(self.run_seed, "basis", epoch, index)
+                )
+                gaussian = torch.randn(w.shape[1], self.rank, generator=generator)
+                basis, _ = torch.linalg.qr(gaussian)
+                bases.append(basis.to(dtype=w.dtype, device=w.device).T.contiguous())
+            self._bases[epoch] = bases
+            while len(self._bases) > 2:
+                self._bases.popitem(last=False)
+        return self._bases[epoch]
+
+    def coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Row, column and sign (±1) per matrix, all drawn from one seed."""
+        generator = torch.Generator().manual_seed(seed)
+        raw = torch.randint(0, 1 << 62, (len(self.matrices), 3), generator=generator)
+        rows = raw[:, 0] % self.rows_per_matrix
+        cols = raw[:, 1] % self.rank
+        signs = (raw[:, 2] % 2) * 2 - 1
+        return rows, cols, signs
+
+    def touch(self, seed: int, step: int) -> Touch:
+        rows, cols, signs = self.coordinates(seed)
+        basis = self.basis(self.epoch(step))
+        views, values = [], []
+        for w, v, scale, row, col, sign in zip(
+            self.matrices,
+            basis,
+            self.scales,
+            rows.tolist(),
+            cols.tolist(),
+            signs.tolist(),
+            strict=True,
+        ):
+            views.append(w[row])
+            values.append(v[col] * (scale * sign))
+        return Touch(views, values)
+
+    def region(self, updates: Sequence[tuple[int, int, float]]) -> Region:
+        """The rows of each matrix that any of the updates touches."""
+        rows = torch.stack([self.coordinates(seed)[0] for seed, _, _ in updates], dim=1)
+        return Region(list(self.matrices), [r.unique() for r in rows])
+
+    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
+        """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
+
+        ``index_add_`` on the CPU adds rows in index order, so the result equals applying the
+        updates one by one.
+        """
+        if not updates:
+            return
+        coords = [self.coordinates(seed) for seed, _, _ in updates]
+        rows = torch.stack([c[0] for c in coords], dim=1)
+        cols = torch.stack([c[1] for c in coords], dim=1)
+        signs = torch.stack([c[2] for c in coords], dim=1)
+        coefs = torch.tensor([coef for _, _, coef in updates], dtype=torch.float64)
+        epochs = torch.tensor([self.epoch(step) for _, step, _ in updates])
+        for epoch in epochs.unique().tolist():
+            selected = (epochs == epoch).nonzero().flatten()
+            basis = self.basis(epoch)
+            for index, (w, v, scale) in enumerate(zip(self.matrices, basis, self.scales, strict=True)):
+                factor = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)[:, None]
+                source = v[cols[index, selected]] * factor
+                w.index_add_(0, rows[index, selected], source)
+
+
+def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The 2-D weights of the linear layers inside the transformer blocks, in module order.
+
+    Embeddings, the (tied) head and norms stay frozen under SubCGE: the method's subspace is
+    defined for weight matrices.
+    """
+    return [
+        module.weight
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and ".layers." in f".{name}."
+    ]
+
+
+def make_direction(
+    kind: str, model: nn.Module, *, rank: int, refresh: int, run_seed: int
+) -> DenseDirection | SubCGEDirection:
+    if kind == "dense":
+        return DenseDirection([p for p in model.parameters()])
+    if kind == "subcge":
+        return SubCGEDirection(
+            trainable_matrices(model), rank=rank, refresh=refresh, run_seed=run_seed
+        )
+    raise ValueError(f"direction must be one of {DIRECTIONS}; got {kind!r}")
+
+
+@dataclass
+class Region:
+    """Slices of the parameters that a set of updates touches: whole tensors or rows of matrices.
+
+    Saving and restoring a region is how a client's view is entered and left exactly.
+    """
+
+    tensors: list[torch.Tensor]
+    rows: list[torch.Tensor | None]
+
+    def save(self) -> list[torch.Tensor]:
+        return [t.clone() if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)]
+
+    def restore(self, saved: Sequence[torch.Tensor]) -> None:
+        for tensor, rows, values in zip(self.tensors, self.rows, saved, strict=True):
+            if rows is None:
+                tensor.copy_(values)
+            else:
+                tensor.index_copy_(0, rows, values)
+
+    def values(self) -> torch.Tensor:
+        """The region's current values, flattened in a fixed order."""
+        parts = [t if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)]
+        return torch.cat([p.flatten() for p in parts]) if parts else torch.zeros(0)

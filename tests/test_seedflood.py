@@ -1,0 +1,189 @@
+"""SeedFlood on the tiny model: consensus, and the shared-state simulator against per-client
+copies."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.flooding import FloodState
+from seedflood.messages import Message, quantize
+from seedflood.models import load_model
+from seedflood.network import SimulatedNetwork, flood
+from seedflood.scoring import loss_and_correct, tokenize
+from seedflood.tasks import Example, partition
+from seedflood.topology import Topology, make_topology
+from seedflood.zo import make_direction, message_seed, two_point_estimate
+
+WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", seed=0)
+
+
+def synthetic_examples(count: int) -> list[Example]:
+    """Sentences whose label is whether a positive word occurs: learnable, and no data files."""
+    generator = torch.Generator().manual_seed(0)
+    examples = []
+    for _ in range(count):
+        picks = torch.randint(0, len(WORDS), (3,), generator=generator).tolist()
+        words = [WORDS[p] for p in picks]
+        label = int(picks[0] % 2 == 0)
+        examples.append(
+            Example(f"The film was {' '.join(words)}. It was", (" terrible", " great"), label)
+        )
+    return examples
+
+
+def make_seedflood(
+    tiny, topology: Topology, hops: int, direction: str = "subcge", **kw
+) -> SeedFlood:
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    shards = partition(synthetic_examples(8 * topology.n), topology.n, seed=0)
+    return SeedFlood(
+        model=model,
+        direction=make_direction(direction, model, rank=8, refresh=3, run_seed=11),
+        topology=topology,
+        shards=[tokenize(tokenizer, shard, 64) for shard in shards],
+        pad_id=tokenizer.pad_token_id,
+        lr=kw.get("lr", 1e-2),
+        eps=1e-3,
+        batch_size=4,
+        local_steps=kw.get("local_steps", 1),
+        hops=hops,
+        scalar_format=kw.get("scalar_format", "fp32"),
+        run_seed=11,
+    )
+
+
+def parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+class PerClientCopies:
+    """The obvious implementation: every client owns a model that is the initial one plus every
+    message it holds, applied in canonical order from scratch."""
+
+    def __init__(self, sim: SeedFlood, initial: torch.nn.Module) -> None:
+        self.sim = sim
+        self.initial = initial
+        self.held: list[dict[tuple[int, int], Message]] = [{} for _ in range(sim.n)]
+        self.floods = [FloodState(i, sim.topology.neighbors[i]) for i in range(sim.n)]
+        self.network = SimulatedNetwork(sim.topology.neighbors, sim.scalar_format)
+
+    def model_of(self, client: int) -> torch.nn.Module:
+        model = copy.deepcopy(self.initial)
+        direction = make_direction("subcge", model, rank=8, refresh=3, run_seed=11)
+        direction.apply(self.sim.updates(sorted(self.held[client].values())))
+        return model
+
+    def run_round(self, round_index: int) -> None:
+        sim = self.sim
+        for offset in range(sim.local_steps):
+            step = round_index * sim.local_steps + offset
+            for client in range(sim.n):
+                model = self.model_of(client)
+                direction = make_direction("subcge", model, rank=8, refresh=3, run_seed=11)
+                batch = sim.batch(client, step)
+                g, _ = two_point_estimate(
+                    lambda m=model, b=batch: loss_and_correct(m, b, sim.pad_id)[0],
+                    direction.touch(message_seed(11, client, step), step),
+                    sim.eps,
+                )
+                message = Message(step, client, quantize(g, sim.scalar_format))
+                self.floods[client].originate(message)
+                self.held[client][message.key] = message
+        for client, received in enumerate(flood(self.floods, self.network, sim.hops)):
+            for message in received:
+                self.held[client][message.key] = message
+
+
+@pytest.mark.parametrize("name", ["ring", "meshgrid", "random_regular"])
+def test_hops_equal_to_diameter_keep_every_client_bit_identical(tiny, name: str) -> None:
+    topology = make_topology(name, 10, seed=3)
+    sim = make_seedflood(tiny, topology, hops=topology.diameter)
+    reference = PerClientCopies(sim, copy.deepcopy(sim.model))
+    initial = parameters(sim.model)
+    for round_index in range(3):
+        sim.run_round(round_index)
+        reference.run_round(round_index)
+        assert sim.clients_identical() and sim.consensus_distance() == 0.0
+        assert sim.committed_step == round_index
+        base = parameters(sim.model)
+        for client in range(sim.n):
+            assert same(parameters(reference.model_of(client)), base)
+    assert not same(initial, parameters(sim.model))
+
+
+def test_delayed_flooding_matches_per_client_copies_bit_for_bit(tiny) -> None:
+    topology = make_topology("ring", 8)
+    sim = make_seedflood(tiny, topology, hops=1, local_steps=2)
+    reference = PerClientCopies(sim, copy.deepcopy(sim.model))
+    distances = []
+    for round_index in range(5):
+        sim.run_round(round_index)
+        reference.run_round(round_index)
+        for client in range(sim.n):
+            with sim.client_view(client):
+                assert same(parameters(sim.model), parameters(reference.model_of(client)))
+        distances.append(sim.consensus_distance())
+    assert not sim.clients_identical()
+    assert all(d > 0 for d in distances)
+    # a round's messages reach distance h within ⌈h/k⌉ rounds, counting their own: after 5 rounds
+    # on a ring of diameter 4 the first 2 rounds (4 steps) are everywhere and committed
+    assert sim.committed_step == 2 * (5 - 4 + 1) - 1
+
+
+def test_global_view_is_the_mean_of_client_models(tiny) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 6), hops=1)
+    for round_index in range(2):
+        sim.run_round(round_index)
+    views = []
+    for client in range(sim.n):
+        with sim.client_view(client):
+            views.append(parameters(sim.model))
+    with sim.global_view():
+        mean_model = parameters(sim.model)
+    for index, tensor in enumerate(mean_model):
+        expected = torch.stack([v[index] for v in views]).double().mean(dim=0)
+        assert torch.allclose(tensor.double(), expected, atol=1e-6)
+    spread = (
+        sum(
+            float(
+                (
+                    (
+                        torch.cat([v.flatten() for v in view]).double()
+                        - torch.cat([t.flatten() for t in mean_model]).double()
+                    )
+                    ** 2
+                ).sum()
+            )
+            for view in views
+        )
+        / sim.n
+    )
+    assert sim.consensus_distance() == pytest.approx(spread, rel=1e-3)
+
+
+def test_every_client_applies_the_scalar_the_codec_carries(tiny) -> None:
+    """A bf16 run equals per-client copies that only ever see decoded packets."""
+    topology = make_topology("ring", 4)
+    sim = make_seedflood(tiny, topology, hops=1, scalar_format="bf16")
+    reference = PerClientCopies(sim, copy.deepcopy(sim.model))
+    for round_index in range(3):
+        sim.run_round(round_index)
+        reference.run_round(round_index)
+    for client in range(sim.n):
+        held = sim.ledgers[client].ordered()
+        assert held and all(quantize(m.scalar, "bf16") == m.scalar for m in held)
+        with sim.client_view(client):
+            assert same(parameters(sim.model), parameters(reference.model_of(client)))
