@@ -72,7 +72,10 @@ def test_two_point_estimate_matches_directional_derivative() -> None:
     direction = DenseDirection(list(model.parameters()))
     touch = direction.touch(123, 0)
     exact = float(
-        sum(((2 * (p.detach() - 0.1)) * u).sum() for p, u in zip(model.parameters(), touch.values, strict=True))
+        sum(
+            ((2 * (p.detach() - 0.1)) * u).sum()
+            for p, u in zip(model.parameters(), touch.values, strict=True)
+        )
     )
     g, _ = two_point_estimate(lambda: quadratic_loss(model), touch, 1e-3)
     assert g == pytest.approx(exact, rel=1e-3)
@@ -93,7 +96,9 @@ def test_replaying_seed_scalar_pairs_equals_stepping(kind: str) -> None:
         log.append(update)
     assert quadratic_loss(model) < quadratic_loss(fresh)
     make_direction(kind, fresh, rank=4, refresh=3, run_seed=5).apply(log)
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True)
+    )
 
 
 def test_subcge_message_touches_only_the_rows_it_claims() -> None:
@@ -122,7 +127,9 @@ def test_subcge_batched_apply_equals_one_by_one_and_region_restores() -> None:
     batched.apply(updates)
     for update in updates:
         single.apply([update])
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters(), strict=True)
+    )
     assert not torch.equal(model.layers[0].weight, original["layers.0.weight"])
     region.restore(saved)
     assert all(torch.equal(original[k], v) for k, v in model.state_dict().items())

@@ -201,7 +201,9 @@ class SubCGEDirection:
         for epoch in epochs.unique().tolist():
             selected = (epochs == epoch).nonzero().flatten()
             basis = self.basis(epoch)
-            for index, (w, v, scale) in enumerate(zip(self.matrices, basis, self.scales, strict=True)):
+            for index, (w, v, scale) in enumerate(
+                zip(self.matrices, basis, self.scales, strict=True)
+            ):
                 factor = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)[:, None]
                 source = v[cols[index, selected]] * factor
                 w.index_add_(0, rows[index, selected], source)
@@ -243,7 +245,9 @@ class Region:
     rows: list[torch.Tensor | None]
 
     def save(self) -> list[torch.Tensor]:
-        return [t.clone() if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)]
+        return [
+            t.clone() if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)
+        ]
 
     def restore(self, saved: Sequence[torch.Tensor]) -> None:
         for tensor, rows, values in zip(self.tensors, self.rows, saved, strict=True):
