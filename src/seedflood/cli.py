@@ -61,6 +61,12 @@ def run(
                 return
             status = f"loss {record['train_loss']:.4f}  val acc {record['accuracy']:.3f}"
             bar.update(task, completed=done, status=status)
+            if record["event"] == "evaluation":
+                bar.console.print(
+                    f"round {done}: train loss {record['train_loss']:.4f}, "
+                    f"val accuracy {record['accuracy']:.4f}, "
+                    f"consensus distance {record['consensus_distance']:.3g}"
+                )
 
         try:
             results = run_simulation(config, out_dir, progress=show)

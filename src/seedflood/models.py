@@ -24,6 +24,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as transformers_logging
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -182,6 +183,7 @@ def load_model(
     "tiny" is a random 2-layer Llama with SmolLM2's tokenizer; `seed` fixes its weights and is
     ignored by pretrained models.
     """
+    transformers_logging.disable_progress_bar()
     if name == "smollm2-135m":
         path = _smollm2_dir()
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -145,7 +145,8 @@ def run(
         done = round_index + 1
         if done % config.eval_every == 0 or done == config.rounds:
             record(done, stats)
-        report(done, {"event": "round", **history[-1], **stats})
+        event = "evaluation" if history[-1]["round"] == done else "round"
+        report(done, {**history[-1], **stats, "event": event})
     final = evaluate(exp, exp.test)
     traffic = algorithm.traffic()
     results = {
