@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from seedflood.tasks import TASKS
 from seedflood.topology import TOPOLOGIES
 
-METHODS: tuple[str, ...] = ("seedflood",)
+METHODS: tuple[str, ...] = ("seedflood", "dsgd", "choco", "dzsgd")
+GOSSIP_LOCAL_STEPS = 5
 
 
 class ConfigError(ValueError):
@@ -45,6 +46,7 @@ class RunConfig(BaseModel):
     edgelist: str | None = None
 
     method: Literal[METHODS] = "seedflood"  # type: ignore[valid-type]
+    label: str | None = None
     direction: Literal["subcge", "dense"] = "subcge"
     rank: int = Field(32, ge=1)
     refresh: int = Field(1000, ge=1)
@@ -52,9 +54,17 @@ class RunConfig(BaseModel):
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
     rounds: int = Field(100, ge=1)
-    local_steps: int = Field(1, ge=1)
+    local_steps: int | None = Field(None, ge=1)
     hops: int | None = Field(None, ge=1)
     scalar_format: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+    lora: bool = False
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: float = Field(16.0, gt=0)
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    mixing: Literal["metropolis", "uniform"] = "metropolis"
+    topk_ratio: float = Field(0.03, gt=0, le=1)
+    gamma: float = Field(0.5, gt=0, le=1)
 
     eval_every: int = Field(10, ge=1)
     eval_examples: int | None = Field(None, ge=1)
@@ -63,10 +73,28 @@ class RunConfig(BaseModel):
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
-    def _edgelist_needs_file(self) -> RunConfig:
+    def _consistent(self) -> RunConfig:
         if self.topology == "edgelist" and not self.edgelist:
             raise ValueError("topology 'edgelist' needs the key 'edgelist': a path to an edge file")
+        if self.lora and self.method == "seedflood":
+            raise ValueError(
+                "lora: true applies to the gossip baselines (dsgd, choco, dzsgd); SeedFlood "
+                "trains the weight matrices through SubCGE or dense directions"
+            )
         return self
+
+    @property
+    def steps_per_round(self) -> int:
+        """``local_steps``, defaulting to 1 for SeedFlood and to the paper's 5 local updates
+        between communications for the gossip baselines."""
+        if self.local_steps is not None:
+            return self.local_steps
+        return 1 if self.method == "seedflood" else GOSSIP_LOCAL_STEPS
+
+    @property
+    def name(self) -> str:
+        """What reports call this run's method: the label, else e.g. 'choco-lora'."""
+        return self.label or (f"{self.method}-lora" if self.lora else self.method)
 
     def resolved_data_dir(self) -> str | None:
         """The data directory: the config's, else $SEEDFLOOD_DATA_DIR, else None (the hub)."""

@@ -194,3 +194,25 @@ def load_model(
     else:
         model, tokenizer = _pretrained(name)
     return _finish(model, tokenizer)
+
+
+def add_lora(
+    model: PreTrainedModel, *, rank: int, alpha: float, targets: tuple[str, ...], seed: int
+) -> list[torch.nn.Parameter]:
+    """Inject LoRA adapters in place (peft) and return their parameters, the only ones trained.
+
+    Injecting into the model itself, rather than wrapping it in a PeftModel, keeps one module
+    tree, so scoring code needs no special case; B starts at zero, so the model starts unchanged.
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none"
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        try:
+            inject_adapter_in_model(config, model)
+        except ValueError as error:
+            raise ModelError(f"cannot add LoRA to modules {list(targets)}: {error}") from None
+    return [p for name, p in model.named_parameters() if "lora_" in name]

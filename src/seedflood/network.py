@@ -33,63 +33,27 @@ class Transport(Protocol):
     def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries: ...
 
 
-class SimulatedNetwork:
-    """Delivers packets between clients hosted in one process, one synchronous hop at a time, and
-    counts every byte and message on every directed edge."""
+class TrafficCounter:
+    """Bytes, messages and packets on every directed edge of a graph, for every method alike."""
 
-    def __init__(self, neighbors: Sequence[Sequence[int]], scalar_format: str = "fp32") -> None:
-        if scalar_format not in SCALAR_FORMATS:
-            raise ValueError(
-                f"scalar_format {scalar_format!r} is not one of {', '.join(SCALAR_FORMATS)}"
-            )
-        n = len(neighbors)
-        adjacency = [set(row) for row in neighbors]
-        for client, row in enumerate(neighbors):
-            if len(adjacency[client]) != len(row):
-                raise ValueError(f"client {client} lists a neighbour twice: {list(row)}")
-            for other in row:
-                if not 0 <= other < n or other == client:
-                    raise ValueError(f"client {client} has invalid neighbour {other} (n = {n})")
-                if client not in adjacency[other]:
-                    raise ValueError(
-                        f"edge {client}-{other} is listed by {client} but not by {other}: "
-                        "the graph must be undirected"
-                    )
-        self.scalar_format = scalar_format
-        self.neighbors: tuple[tuple[int, ...], ...] = tuple(tuple(row) for row in neighbors)
+    def __init__(self, neighbors: Sequence[Sequence[int]]) -> None:
         self.traffic: dict[tuple[int, int], EdgeTraffic] = {
             (client, other): EdgeTraffic()
-            for client in range(n)
-            for other in sorted(adjacency[client])
+            for client, row in enumerate(neighbors)
+            for other in sorted(row)
         }
 
-    def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries:
-        """Send one packet per non-empty (sender, receiver) list; receptions sorted by sender.
-
-        All packets are encoded before anything is counted, so a hop that fails leaves the
-        traffic counters untouched.
-        """
-        packets: list[tuple[int, int, int, bytes]] = []
-        for sender in sorted(outboxes):
-            for receiver in sorted(outboxes[sender]):
-                messages = outboxes[sender][receiver]
-                if not messages:
-                    continue
-                if (sender, receiver) not in self.traffic:
-                    raise ValueError(f"client {sender} cannot send to {receiver}: not neighbours")
-                packet = encode_packet(messages, self.scalar_format)
-                packets.append((sender, receiver, len(messages), packet))
-        scalar_bytes = SCALAR_BYTES[self.scalar_format]
-        deliveries: Deliveries = {}
-        for sender, receiver, count, packet in packets:
-            edge = self.traffic[(sender, receiver)]
-            edge.bytes += len(packet)
-            edge.messages += count
-            edge.packets += 1
-            edge.header_bytes += len(packet) - count * scalar_bytes
-            received, _ = decode_packet(packet)
-            deliveries.setdefault(receiver, []).append((sender, received))
-        return deliveries
+    def count(
+        self, sender: int, receiver: int, *, size: int, messages: int, header_bytes: int = 0
+    ) -> None:
+        """One packet of ``size`` bytes holding ``messages`` messages crossed sender → receiver."""
+        edge = self.traffic.get((sender, receiver))
+        if edge is None:
+            raise ValueError(f"client {sender} cannot send to {receiver}: not neighbours")
+        edge.bytes += size
+        edge.messages += messages
+        edge.packets += 1
+        edge.header_bytes += header_bytes
 
     def summary(self) -> dict[str, float]:
         """Traffic totals. "Per edge" means per undirected edge with both directions added, the
@@ -117,6 +81,67 @@ class SimulatedNetwork:
             "packets_total": float(sum(edge.packets for edge in self.traffic.values())),
             "bytes_total": float(sum(edge.bytes for edge in self.traffic.values())),
         }
+
+
+class SimulatedNetwork:
+    """Delivers packets between clients hosted in one process, one synchronous hop at a time, and
+    counts every byte and message on every directed edge."""
+
+    def __init__(self, neighbors: Sequence[Sequence[int]], scalar_format: str = "fp32") -> None:
+        if scalar_format not in SCALAR_FORMATS:
+            raise ValueError(
+                f"scalar_format {scalar_format!r} is not one of {', '.join(SCALAR_FORMATS)}"
+            )
+        n = len(neighbors)
+        adjacency = [set(row) for row in neighbors]
+        for client, row in enumerate(neighbors):
+            if len(adjacency[client]) != len(row):
+                raise ValueError(f"client {client} lists a neighbour twice: {list(row)}")
+            for other in row:
+                if not 0 <= other < n or other == client:
+                    raise ValueError(f"client {client} has invalid neighbour {other} (n = {n})")
+                if client not in adjacency[other]:
+                    raise ValueError(
+                        f"edge {client}-{other} is listed by {client} but not by {other}: "
+                        "the graph must be undirected"
+                    )
+        self.scalar_format = scalar_format
+        self.neighbors: tuple[tuple[int, ...], ...] = tuple(tuple(row) for row in neighbors)
+        self.counter = TrafficCounter(self.neighbors)
+        self.traffic = self.counter.traffic
+
+    def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries:
+        """Send one packet per non-empty (sender, receiver) list; receptions sorted by sender.
+
+        All packets are encoded before anything is counted, so a hop that fails leaves the
+        traffic counters untouched.
+        """
+        packets: list[tuple[int, int, int, bytes]] = []
+        for sender in sorted(outboxes):
+            for receiver in sorted(outboxes[sender]):
+                messages = outboxes[sender][receiver]
+                if not messages:
+                    continue
+                if (sender, receiver) not in self.traffic:
+                    raise ValueError(f"client {sender} cannot send to {receiver}: not neighbours")
+                packet = encode_packet(messages, self.scalar_format)
+                packets.append((sender, receiver, len(messages), packet))
+        scalar_bytes = SCALAR_BYTES[self.scalar_format]
+        deliveries: Deliveries = {}
+        for sender, receiver, count, packet in packets:
+            self.counter.count(
+                sender,
+                receiver,
+                size=len(packet),
+                messages=count,
+                header_bytes=len(packet) - count * scalar_bytes,
+            )
+            received, _ = decode_packet(packet)
+            deliveries.setdefault(receiver, []).append((sender, received))
+        return deliveries
+
+    def summary(self) -> dict[str, float]:
+        return self.counter.summary()
 
 
 def flood(states: Sequence[FloodState], network: Transport, hops: int) -> list[list[Message]]:

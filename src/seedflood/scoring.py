@@ -68,7 +68,9 @@ def _pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
 def candidate_scores(
     model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
 ) -> torch.Tensor:
-    """Scores (batch × candidates): mean log-likelihood of each candidate's tokens."""
+    """Scores (batch × candidates): mean log-likelihood of each candidate's tokens, up to a
+    per-example constant (single-token candidates skip the log-softmax, which cancels in the
+    cross-entropy and the argmax)."""
     backbone = model.base_model
     head = model.get_output_embeddings()
     if _is_single_token(batch):
@@ -91,6 +93,12 @@ def candidate_scores(
         log_probs = F.log_softmax(head(hidden[row, start - 1 : start - 1 + length]), dim=-1)
         scores[row] = log_probs.gather(1, targets[:, None]).mean()
     return scores.view(len(batch), -1)
+
+
+def batch_loss(model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int) -> torch.Tensor:
+    """The differentiable mean cross-entropy that first-order methods backpropagate through."""
+    labels = torch.tensor([e.label for e in batch])
+    return F.cross_entropy(candidate_scores(model, batch, pad_id), labels)
 
 
 def loss_and_correct(

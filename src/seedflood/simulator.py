@@ -13,13 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
+from torch import nn
 
 from seedflood import __version__
+from seedflood.algorithms.common import Algorithm
+from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.config import RunConfig
+from seedflood.config import ConfigError, RunConfig
 from seedflood.metrics import atomic_write_json, atomic_write_jsonl, peak_rss_mb
-from seedflood.models import load_model
+from seedflood.models import add_lora, load_model
 from seedflood.scoring import TokenizedExample, accuracy, tokenize
 from seedflood.tasks import load_task, partition
 from seedflood.topology import Topology, make_topology
@@ -34,13 +38,78 @@ class Experiment:
 
     config: RunConfig
     topology: Topology
-    algorithm: SeedFlood
+    algorithm: Algorithm
     val: list[TokenizedExample]
     test: list[TokenizedExample]
     pad_id: int
     data_notes: list[str]
     data_source: str
     parameters: int
+
+
+def check_memory(config: RunConfig, trainable: int) -> None:
+    """Refuse before the first step a run whose client states cannot fit in memory."""
+    if config.method == "seedflood":
+        return
+    needed = gossip_memory_bytes(config.clients, trainable, config.method == "choco")
+    available = psutil.virtual_memory().available
+    if needed > 0.9 * available:
+        copies = "2 × " if config.method == "choco" else ""
+        raise ConfigError(
+            f"method {config.method} with {config.clients} clients keeps {copies}"
+            f"{config.clients} × {trainable:,} fp32 values: about {needed / 1e9:.1f} GB, but only "
+            f"{available / 1e9:.1f} GB of memory is available; use lora: true, fewer clients or "
+            "a smaller model"
+        )
+
+
+def build_algorithm(
+    config: RunConfig,
+    model: nn.Module,
+    topology: Topology,
+    shards: list[list[TokenizedExample]],
+    pad_id: int,
+) -> Algorithm:
+    common = {
+        "model": model,
+        "topology": topology,
+        "shards": shards,
+        "pad_id": pad_id,
+        "lr": config.lr,
+        "eps": config.eps,
+        "batch_size": config.batch_size,
+        "local_steps": config.steps_per_round,
+        "run_seed": config.seed,
+    }
+    if config.method == "seedflood":
+        direction = make_direction(
+            config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
+        )
+        return SeedFlood(
+            direction=direction,
+            hops=config.hops or topology.diameter,
+            scalar_format=config.scalar_format,
+            **common,
+        )
+    if config.lora:
+        trainable = add_lora(
+            model,
+            rank=config.lora_rank,
+            alpha=config.lora_alpha,
+            targets=config.lora_targets,
+            seed=config.seed,
+        )
+    else:
+        trainable = list(model.parameters())
+    check_memory(config, sum(p.numel() for p in trainable))
+    return Gossip(
+        trainable=trainable,
+        estimator="zo" if config.method == "dzsgd" else "gradient",
+        mixing=config.mixing,
+        topk_ratio=config.topk_ratio if config.method == "choco" else None,
+        gamma=config.gamma,
+        **common,
+    )
 
 
 def build(config: RunConfig) -> Experiment:
@@ -65,22 +134,13 @@ def build(config: RunConfig) -> Experiment:
     )
     model, tokenizer = load_model(config.model, seed=config.seed)
     pad_id = tokenizer.pad_token_id
-    direction = make_direction(
-        config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
-    )
-    algorithm = SeedFlood(
-        model=model,
-        direction=direction,
-        topology=topology,
-        shards=[tokenize(tokenizer, shard, config.max_length) for shard in shards],
-        pad_id=pad_id,
-        lr=config.lr,
-        eps=config.eps,
-        batch_size=config.batch_size,
-        local_steps=config.local_steps,
-        hops=config.hops or topology.diameter,
-        scalar_format=config.scalar_format,
-        run_seed=config.seed,
+    parameters = sum(p.numel() for p in model.parameters())
+    algorithm = build_algorithm(
+        config,
+        model,
+        topology,
+        [tokenize(tokenizer, shard, config.max_length) for shard in shards],
+        pad_id,
     )
     val = tokenize(tokenizer, data.val[: config.eval_examples or None], config.max_length)
     return Experiment(
@@ -92,7 +152,7 @@ def build(config: RunConfig) -> Experiment:
         pad_id=pad_id,
         data_notes=list(data.notes),
         data_source=data.source,
-        parameters=sum(p.numel() for p in model.parameters()),
+        parameters=parameters,
     )
 
 
@@ -150,18 +210,17 @@ def run(
     final = evaluate(exp, exp.test)
     traffic = algorithm.traffic()
     results = {
-        "method": config.method,
+        "method": config.name,
         "version": __version__,
         "zero_shot_accuracy": zero_shot,
         **final,
         **traffic,
         "rounds": config.rounds,
-        "steps": config.rounds * config.local_steps,
+        "steps": config.rounds * config.steps_per_round,
         "clients": config.clients,
         "topology": config.topology,
         "diameter": exp.topology.diameter,
-        "hops": algorithm.hops,
-        "messages_total": algorithm.messages_made,
+        **algorithm.describe(),
         "parameters": exp.parameters,
         "test_examples": len(exp.test),
         "data_source": exp.data_source,

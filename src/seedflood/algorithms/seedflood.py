@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from seedflood.algorithms.common import sample_batch
 from seedflood.flooding import FloodState
 from seedflood.messages import Message, quantize
 from seedflood.network import SimulatedNetwork, flood
@@ -26,7 +27,6 @@ from seedflood.topology import Topology
 from seedflood.zo import (
     DenseDirection,
     SubCGEDirection,
-    derive_seed,
     message_seed,
     two_point_estimate,
 )
@@ -112,10 +112,7 @@ class SeedFlood:
         ]
 
     def batch(self, client: int, step: int) -> list[TokenizedExample]:
-        shard = self.shards[client]
-        generator = torch.Generator().manual_seed(derive_seed(self.run_seed, "batch", client, step))
-        picks = torch.randperm(len(shard), generator=generator)[: self.batch_size]
-        return [shard[i] for i in picks.tolist()]
+        return sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
 
     @contextmanager
     def _applied(self, updates: list[Update]) -> Iterator[None]:
@@ -205,3 +202,11 @@ class SeedFlood:
 
     def traffic(self) -> dict[str, float]:
         return self.network.summary()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "hops": self.hops,
+            "messages_total": self.messages_made,
+            "committed_step": self.committed_step,
+            "direction": self.direction.name,
+        }

@@ -1,0 +1,178 @@
+"""Gossip baselines: DSGD, ChocoSGD and DZSGD, on full parameters or LoRA adapters.
+
+The three differ in two choices only, so they are one class with two switches rather than three
+copies of a training loop:
+
+- the local estimate: the gradient (DSGD, ChocoSGD) or MeZO's dense two-point estimate (DZSGD);
+- the communication: exact averaging x_i ← Σ_j W_ij x_j of full fp32 vectors (DSGD, DZSGD), or
+  ChocoSGD's compressed consensus (Koloskova et al., 2019) with top-k differences.
+
+A round is ``local_steps`` local updates on every client followed by one communication (the
+paper's "communicate every 5 local updates"), so with local_steps = 1 DSGD is
+x_i ← Σ_j W_ij (x_j − η ∇f_j(x_j)).
+
+Clients' trainable parameters live as rows of one (n × d) matrix. The shared working model's
+trainable tensors are re-pointed at a row to compute with that client, so switching clients copies
+nothing; the frozen rest of the model (the whole base model under LoRA) is shared by all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from seedflood.algorithms.common import sample_batch
+from seedflood.network import TrafficCounter
+from seedflood.scoring import TokenizedExample, batch_loss, loss_and_correct
+from seedflood.topology import Topology
+from seedflood.zo import DenseDirection, message_seed, two_point_estimate
+
+FP32_BYTES = 4
+INDEX_BYTES = 4
+CHUNK = 1 << 20
+
+
+class Gossip:
+    """n clients, each with its own copy of the trainable parameters, mixing with neighbours."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        trainable: Sequence[nn.Parameter],
+        topology: Topology,
+        shards: Sequence[Sequence[TokenizedExample]],
+        pad_id: int,
+        estimator: str,
+        lr: float,
+        eps: float,
+        batch_size: int,
+        local_steps: int,
+        mixing: str,
+        topk_ratio: float | None,
+        gamma: float,
+        run_seed: int,
+    ) -> None:
+        if estimator not in ("gradient", "zo"):
+            raise ValueError(f"estimator must be 'gradient' or 'zo', got {estimator!r}")
+        self.model = model
+        self.params = list(trainable)
+        self.topology = topology
+        self.n = topology.n
+        self.shards = shards
+        self.pad_id = pad_id
+        self.estimator = estimator
+        self.lr, self.eps = lr, eps
+        self.batch_size = batch_size
+        self.local_steps = local_steps
+        self.gamma = gamma
+        self.run_seed = run_seed
+        self.d = sum(p.numel() for p in self.params)
+        self.k = None if topk_ratio is None else max(1, round(topk_ratio * self.d))
+        self.message_bytes = self.d * FP32_BYTES if self.k is None else self.k * (
+            FP32_BYTES + INDEX_BYTES
+        )
+        initial = torch.cat([p.detach().flatten() for p in self.params])
+        self.x = initial.repeat(self.n, 1)
+        self.x_hat = None if self.k is None else torch.zeros_like(self.x)
+        self.mixing = torch.from_numpy(topology.mixing_matrix(mixing)).float().to_sparse()
+        self.counter = TrafficCounter(topology.neighbors)
+        for p in self.params:
+            p.requires_grad_(estimator == "gradient")
+        self._bind(self.x[0])
+
+    def _bind(self, vector: torch.Tensor) -> None:
+        """Point the model's trainable tensors at ``vector``: updates then land in it in place."""
+        offset = 0
+        for p in self.params:
+            p.data = vector[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    @contextmanager
+    def _bound(self, vector: torch.Tensor) -> Iterator[None]:
+        self._bind(vector)
+        yield
+
+    def client_view(self, client: int) -> Any:
+        return self._bound(self.x[client])
+
+    def global_view(self) -> Any:
+        return self._bound(self.x.mean(dim=0))
+
+    def clients_identical(self) -> bool:
+        return bool((self.x == self.x[0]).all())
+
+    def consensus_distance(self) -> float:
+        mean = self.x.double().mean(dim=0)
+        return float(sum(((row.double() - mean) ** 2).sum() for row in self.x) / self.n)
+
+    def local_step(self, client: int, step: int) -> float:
+        """One local update of ``client``'s row; returns the minibatch loss."""
+        self._bind(self.x[client])
+        batch = sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
+        if self.estimator == "gradient":
+            self.model.zero_grad(set_to_none=True)
+            loss = batch_loss(self.model, batch, self.pad_id)
+            loss.backward()
+            with torch.no_grad():
+                for p in self.params:
+                    p.data.add_(p.grad, alpha=-self.lr)
+            return float(loss.detach())
+        direction = DenseDirection(self.params)
+        seed = message_seed(self.run_seed, client, step)
+        scalar, loss_value = two_point_estimate(
+            lambda: loss_and_correct(self.model, batch, self.pad_id)[0],
+            direction.touch(seed, step),
+            self.eps,
+        )
+        direction.apply([(seed, step, -self.lr * scalar)])
+        return loss_value
+
+    def _mix(self, matrix: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
+        """(W · matrix) chunk by chunk, so mixing needs no second n × d buffer."""
+        for start in range(0, self.d, CHUNK):
+            columns = slice(start, min(start + CHUNK, self.d))
+            yield columns, self.mixing @ matrix[:, columns]
+
+    def communicate(self) -> None:
+        """One exchange with every neighbour, counted on every directed edge."""
+        if self.x_hat is None:
+            for columns, mixed in self._mix(self.x):
+                self.x[:, columns] = mixed
+        else:
+            for client in range(self.n):
+                difference = self.x[client] - self.x_hat[client]
+                indices = difference.abs().topk(self.k, sorted=False).indices
+                self.x_hat[client, indices] += difference[indices]
+            for columns, mixed in self._mix(self.x_hat):
+                self.x[:, columns] += self.gamma * (mixed - self.x_hat[:, columns])
+        for sender, receiver in self.topology.directed_edges:
+            self.counter.count(sender, receiver, size=self.message_bytes, messages=1)
+
+    def run_round(self, round_index: int) -> dict[str, float]:
+        losses = [
+            self.local_step(client, round_index * self.local_steps + offset)
+            for offset in range(self.local_steps)
+            for client in range(self.n)
+        ]
+        self.communicate()
+        return {"train_loss": sum(losses) / len(losses)}
+
+    def traffic(self) -> dict[str, float]:
+        return self.counter.summary()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "trainable_parameters": self.d,
+            "estimator": self.estimator,
+            "bytes_per_message": self.message_bytes,
+        }
+
+
+def gossip_memory_bytes(clients: int, trainable: int, compressed: bool) -> int:
+    """What the client states take: x for every client, and ChocoSGD's public copies x̂."""
+    return clients * trainable * FP32_BYTES * (2 if compressed else 1)

@@ -1,0 +1,192 @@
+"""Gossip baselines: DSGD, ChocoSGD and DZSGD against their definitions, on the tiny model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from seedflood.algorithms.common import sample_batch
+from seedflood.algorithms.gossip import Gossip
+from seedflood.config import ConfigError, RunConfig
+from seedflood.models import add_lora, load_model
+from seedflood.scoring import batch_loss, tokenize
+from seedflood.simulator import check_memory
+from seedflood.tasks import Example, partition
+from seedflood.topology import Topology, make_topology
+
+WORDS = ["good", "bad", "fine", "awful", "great", "poor"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", seed=0)
+
+
+def shards_for(tokenizer, n: int) -> list:
+    examples = [
+        Example(f"It was {WORDS[k % 6]} and {WORDS[(k * 5) % 6]}. It was", (" bad", " good"), k % 2)
+        for k in range(6 * n)
+    ]
+    return [tokenize(tokenizer, shard, 32) for shard in partition(examples, n, seed=0)]
+
+
+def make_gossip(tiny, topology: Topology, **kw) -> Gossip:
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    trainable = kw.pop("trainable", None) or list(model.parameters())
+    options = {
+        "estimator": "gradient",
+        "lr": 0.05,
+        "eps": 1e-3,
+        "batch_size": 3,
+        "local_steps": 1,
+        "mixing": "metropolis",
+        "topk_ratio": None,
+        "gamma": 1.0,
+        "run_seed": 4,
+    }
+    options.update(kw)
+    return Gossip(
+        model=model,
+        trainable=trainable,
+        topology=topology,
+        shards=shards_for(tokenizer, topology.n),
+        pad_id=tokenizer.pad_token_id,
+        **options,
+    )
+
+
+def test_dsgd_on_a_complete_graph_is_centralized_sgd_on_the_average(tiny) -> None:
+    topology = make_topology("complete", 4)
+    gossip = make_gossip(tiny, topology)
+    reference = copy.deepcopy(tiny[0])
+    params = list(reference.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    for step in range(3):
+        gossip.run_round(step)
+        grads = [torch.zeros_like(p) for p in params]
+        for client in range(4):
+            batch = sample_batch(gossip.shards[client], client, step, 3, 4)
+            reference.zero_grad()
+            batch_loss(reference, batch, gossip.pad_id).backward()
+            for total, p in zip(grads, params, strict=True):
+                total += p.grad / 4
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p -= 0.05 * g
+    expected = torch.cat([p.detach().flatten() for p in params])
+    for row in gossip.x:
+        assert torch.allclose(row, expected, atol=1e-6)
+    assert gossip.consensus_distance() < 1e-9
+    assert not torch.allclose(expected, torch.cat([p.flatten() for p in tiny[0].parameters()]))
+
+
+def test_choco_with_full_ratio_and_unit_gamma_is_dsgd(tiny) -> None:
+    topology = make_topology("ring", 6)
+    dsgd = make_gossip(tiny, topology)
+    choco = make_gossip(tiny, topology, topk_ratio=1.0, gamma=1.0)
+    for round_index in range(3):
+        dsgd.run_round(round_index)
+        choco.run_round(round_index)
+    assert torch.allclose(choco.x, dsgd.x, atol=1e-6)
+    assert dsgd.consensus_distance() > 0
+    assert choco.traffic()["bytes_per_edge_max"] == 2 * 3 * dsgd.d * 8
+
+
+def test_choco_top_k_sends_k_values_and_indices(tiny) -> None:
+    topology = make_topology("ring", 4)
+    choco = make_gossip(tiny, topology, topk_ratio=0.03, gamma=0.5)
+    choco.run_round(0)
+    k = round(0.03 * choco.d)
+    assert choco.describe()["bytes_per_message"] == k * (4 + 4)
+    changed = (choco.x_hat != 0).sum(dim=1)
+    assert all(0 < int(c) <= k for c in changed)
+
+
+def test_dzsgd_sends_every_parameter_in_fp32(tiny) -> None:
+    topology = make_topology("ring", 5)
+    dzsgd = make_gossip(tiny, topology, estimator="zo", lr=1e-3)
+    for round_index in range(2):
+        dzsgd.run_round(round_index)
+    d = sum(p.numel() for p in tiny[0].parameters())
+    assert dzsgd.d == d and dzsgd.describe()["bytes_per_message"] == 4 * d
+    traffic = dzsgd.traffic()
+    assert traffic["messages_per_edge_max"] == 2 * 2
+    assert traffic["bytes_per_edge_max"] == traffic["bytes_per_edge_mean"] == 2 * 2 * 4 * d
+    assert dzsgd.consensus_distance() > 0
+
+
+def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    adapters = add_lora(model, rank=8, alpha=16, targets=("q_proj", "v_proj"), seed=0)
+    # 2 layers × (q: 8×64 + 64×8, v: 8×64 + 32×8 with 2 kv heads of 16)
+    assert sum(p.numel() for p in adapters) == 2 * ((8 * 64 + 64 * 8) + (8 * 64 + 32 * 8))
+    gossip = Gossip(
+        model=model,
+        trainable=adapters,
+        topology=make_topology("ring", 4),
+        shards=shards_for(tokenizer, 4),
+        pad_id=tokenizer.pad_token_id,
+        estimator="gradient",
+        lr=0.1,
+        eps=1e-3,
+        batch_size=3,
+        local_steps=2,
+        mixing="metropolis",
+        topk_ratio=None,
+        gamma=1.0,
+        run_seed=0,
+    )
+    gossip.run_round(0)
+    assert gossip.describe()["bytes_per_message"] == 4 * 3584
+    assert gossip.traffic()["bytes_per_edge_max"] == 2 * 4 * 3584
+    after = {
+        k.replace(".base_layer", ""): v for k, v in model.state_dict().items() if "lora_" not in k
+    }
+    assert after.keys() == base.keys()
+    assert all(torch.equal(base[k], after[k]) for k in base)
+    assert gossip.consensus_distance() > 0
+
+
+def test_pure_gossip_contracts_at_the_spectral_gap_rate() -> None:
+    """With no local steps, ‖X − 1x̄ᵀ‖² shrinks by (1 − gap)² per round once the slowest mode
+    dominates."""
+    topology = make_topology("ring", 8)
+    model = nn.Linear(50, 40, bias=False)
+    gossip = Gossip(
+        model=model,
+        trainable=[model.weight],
+        topology=topology,
+        shards=[[] for _ in range(8)],
+        pad_id=0,
+        estimator="gradient",
+        lr=0.0,
+        eps=1e-3,
+        batch_size=1,
+        local_steps=1,
+        mixing="metropolis",
+        topk_ratio=None,
+        gamma=1.0,
+        run_seed=0,
+    )
+    gossip.x.copy_(torch.randn(8, 2000, generator=torch.Generator().manual_seed(0)))
+    mean_before = gossip.x.mean(dim=0).clone()
+    distances = [gossip.consensus_distance()]
+    for _ in range(40):
+        gossip.communicate()
+        distances.append(gossip.consensus_distance())
+    rate = (1 - topology.spectral_gap()) ** 2
+    assert distances[-1] / distances[-2] == pytest.approx(rate, rel=0.01)
+    assert all(b <= a * rate * 1.0001 for a, b in zip(distances, distances[1:], strict=False))
+    assert torch.allclose(gossip.x.mean(dim=0), mean_before, atol=1e-5)
+
+
+def test_a_run_that_cannot_fit_is_refused_before_it_starts() -> None:
+    config = RunConfig(method="choco", clients=4096)
+    with pytest.raises(ConfigError, match=r"choco with 4096 clients keeps 2 × 4096 × .* GB"):
+        check_memory(config, 134_515_008)
+    check_memory(RunConfig(method="seedflood", clients=4096), 134_515_008)
