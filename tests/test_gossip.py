@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -181,7 +182,7 @@ def test_pure_gossip_contracts_at_the_spectral_gap_rate() -> None:
         distances.append(gossip.consensus_distance())
     rate = (1 - topology.spectral_gap()) ** 2
     assert distances[-1] / distances[-2] == pytest.approx(rate, rel=0.01)
-    assert all(b <= a * rate * 1.0001 for a, b in zip(distances, distances[1:], strict=False))
+    assert all(b <= a * rate * 1.0001 for a, b in itertools.pairwise(distances))
     assert torch.allclose(gossip.x.mean(dim=0), mean_before, atol=1e-5)
 
 

@@ -81,7 +81,74 @@ def run(
         f"wall {results['wall_seconds']:.0f} s, peak RSS {results['peak_rss_mb']:.0f} MB"
     )
     console.print(f"results in {out_dir}/results.json")
+    console.print(f"plots and tables: seedflood report {out_dir}")
     console.print(
         f"zero-shot test accuracy {results['zero_shot_accuracy']:.4f} → "
         f"final test accuracy {results['accuracy']:.4f}"
     )
+
+
+@app.command()
+def compare(
+    grid_file: Annotated[Path, typer.Argument(help="YAML grid: variants × swept keys")],
+    out: Annotated[Path | None, typer.Option(help="Comparison directory")] = None,
+) -> None:
+    """Run every combination of a grid, skipping runs already finished, then write the report."""
+    from seedflood.compare import plan
+    from seedflood.report import write_report
+    from seedflood.simulator import run as run_simulation
+
+    try:
+        runs = plan(grid_file)
+    except ConfigError as error:
+        raise _fail(error) from None
+    out_dir = out or Path("results") / grid_file.stem
+    columns = (
+        TextColumn("{task.description}"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        overall = bar.add_task("[bold]runs", total=len(runs), status="")
+        for planned in runs:
+            if planned.is_done(out_dir):
+                bar.console.print(f"skip {planned.name}: finished earlier with this config")
+                bar.advance(overall)
+                continue
+            bar.update(overall, status=planned.name)
+            rounds = bar.add_task("  rounds", total=planned.config.rounds, status="loading")
+
+            def show(done: int, record: dict[str, Any], rounds: Any = rounds) -> None:
+                if record["event"] != "zero_shot":
+                    bar.update(rounds, completed=done, status=f"val acc {record['accuracy']:.3f}")
+
+            try:
+                results = run_simulation(planned.config, planned.directory(out_dir), show)
+            except USER_ERRORS as error:
+                raise _fail(error) from None
+            bar.remove_task(rounds)
+            bar.console.print(
+                f"{planned.name}: accuracy {results['accuracy']:.4f}, "
+                f"{results['bytes_per_edge_max']:,.0f} bytes per edge, "
+                f"{results['wall_seconds']:.0f} s"
+            )
+            bar.advance(overall)
+    report = write_report([out_dir], out_dir)
+    console.print(f"report: {report}")
+
+
+@app.command()
+def report(
+    directories: Annotated[list[Path], typer.Argument(help="Directories holding results.json")],
+    out: Annotated[Path | None, typer.Option(help="Where report.md and plots go")] = None,
+) -> None:
+    """Tables and plots from finished runs."""
+    from seedflood.report import write_report
+
+    try:
+        path = write_report(directories, out or directories[0])
+    except ValueError as error:
+        raise _fail(error) from None
+    console.print(f"report: {path}")

@@ -122,9 +122,12 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_config(
-    path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()
+    path: str | os.PathLike | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Read a YAML config (or start from the defaults) and apply ``key=value`` overrides."""
+    """Read a YAML config (or start from the defaults), then apply ``values`` and ``key=value``
+    overrides, in that order."""
     data: dict[str, Any] = {}
     if path is not None:
         file = Path(path)
@@ -137,6 +140,7 @@ def load_config(
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{file} must hold a mapping of keys to values")
         data.update(loaded or {})
+    data.update(values or {})
     data.update(parse_override(o) for o in overrides)
     try:
         return RunConfig(**data)

@@ -73,8 +73,8 @@ class Gossip:
         self.run_seed = run_seed
         self.d = sum(p.numel() for p in self.params)
         self.k = None if topk_ratio is None else max(1, round(topk_ratio * self.d))
-        self.message_bytes = self.d * FP32_BYTES if self.k is None else self.k * (
-            FP32_BYTES + INDEX_BYTES
+        self.message_bytes = (
+            self.d * FP32_BYTES if self.k is None else self.k * (FP32_BYTES + INDEX_BYTES)
         )
         initial = torch.cat([p.detach().flatten() for p in self.params])
         self.x = initial.repeat(self.n, 1)

@@ -1,0 +1,96 @@
+"""Grids of runs: the cartesian product of variants and swept keys, resumable.
+
+A grid file::
+
+    base: ../quickstart.yaml        # optional run config the grid starts from (relative path)
+    common: {eval_every: 10}        # overrides for every run
+    variants:                       # name → overrides; each variant is one method setting
+      seedflood: {method: seedflood, lr: 0.01}
+      dsgd-lora: {method: dsgd, lora: true, lr: 0.05}
+    grid:                           # every combination of these values
+      topology: [ring, meshgrid]
+      clients: [16]
+      seed: [0, 1, 2]
+
+Every run's config is validated before the first one starts, so a typo in the last variant does
+not surface an hour in. A run whose results.json exists with the same config is skipped: an
+interrupted comparison resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seedflood.config import ConfigError, RunConfig, load_config
+
+GRID_KEYS = ("base", "common", "variants", "grid")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    name: str
+    config: RunConfig
+
+    def directory(self, out: Path) -> Path:
+        return out / "runs" / self.name
+
+    def is_done(self, out: Path) -> bool:
+        """Finished earlier with exactly this configuration."""
+        results = self.directory(out) / "results.json"
+        if not results.is_file():
+            return False
+        try:
+            stored = json.loads(results.read_text())["config"]
+        except (json.JSONDecodeError, KeyError):
+            return False
+        return stored == json.loads(self.config.model_dump_json())
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {value!r}")
+    return value
+
+
+def plan(grid_file: str | Path) -> list[PlannedRun]:
+    """Every run of a grid file, validated, in a fixed order."""
+    path = Path(grid_file)
+    if not path.is_file():
+        raise ConfigError(f"grid file not found: {path}")
+    try:
+        spec = _mapping(yaml.safe_load(path.read_text()), str(path))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    unknown = sorted(set(spec) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; allowed: {', '.join(GRID_KEYS)}")
+    base = (path.parent / spec["base"]) if spec.get("base") else None
+    common = _mapping(spec.get("common"), "common")
+    variants = _mapping(spec.get("variants"), "variants") or {"run": {}}
+    sweep = _mapping(spec.get("grid"), "grid")
+    for key, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid key '{key}' needs a non-empty list of values")
+    runs = []
+    for variant, overrides in variants.items():
+        for combination in itertools.product(*sweep.values()):
+            chosen = dict(zip(sweep, combination, strict=True))
+            settings = {"label": variant, **common, **_mapping(overrides, variant), **chosen}
+            try:
+                config = load_config(base, values=settings)
+            except ConfigError as error:
+                raise ConfigError(f"variant '{variant}' with {chosen}: {error}") from None
+            suffix = "_".join(f"{key}-{value}" for key, value in chosen.items())
+            runs.append(PlannedRun(f"{variant}_{suffix}" if suffix else variant, config))
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two runs of the grid share a name: variant names must be unique")
+    return runs

@@ -1,0 +1,198 @@
+"""Tables and plots from results directories: what a reader looks at instead of logs.
+
+Runs are grouped by (method, task, topology, clients); seeds of one group give mean ± std. Three
+plots, each skipped when the runs cannot fill it: accuracy against total bytes per edge on a log
+axis (the paper's Figure 1 shape), accuracy normalised to DSGD at the smallest client count against
+clients (Table 2's shape), and validation accuracy over training steps and wall time per method.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from seedflood.metrics import atomic_write_json, atomic_write_text, read_jsonl
+
+
+@dataclass
+class Run:
+    directory: Path
+    results: dict[str, Any]
+    history: list[dict[str, Any]]
+
+    @property
+    def group(self) -> tuple[str, str, str, int]:
+        r = self.results
+        return (r["method"], r["config"]["task"], r["topology"], r["clients"])
+
+
+def find_runs(directories: list[Path]) -> list[Run]:
+    runs = []
+    for directory in directories:
+        if not directory.exists():
+            raise ValueError(f"no such results directory: {directory}")
+        for path in sorted(directory.rglob("results.json")):
+            history_file = path.parent / "history.jsonl"
+            history = read_jsonl(history_file) if history_file.is_file() else []
+            runs.append(Run(path.parent, json.loads(path.read_text()), history))
+    if not runs:
+        raise ValueError(f"no results.json under {', '.join(map(str, directories))}")
+    return runs
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per group, in a stable order."""
+    groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.group].append(run)
+    rows = []
+    for (method, task, topology, clients), members in sorted(groups.items()):
+        accuracy, accuracy_std = _mean_std([m.results["accuracy"] for m in members])
+        rows.append(
+            {
+                "method": method,
+                "task": task,
+                "topology": topology,
+                "clients": clients,
+                "seeds": len(members),
+                "accuracy": accuracy,
+                "accuracy_std": accuracy_std,
+                "zero_shot": statistics.fmean(m.results["zero_shot_accuracy"] for m in members),
+                "bytes_per_edge": statistics.fmean(
+                    m.results["bytes_per_edge_max"] for m in members
+                ),
+                "steps": members[0].results["steps"],
+                "wall_seconds": statistics.fmean(m.results["wall_seconds"] for m in members),
+            }
+        )
+    return rows
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _plot_accuracy_vs_bytes(rows: list[dict[str, Any]], path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6.5, 4.2))
+    for row in rows:
+        marker = "*" if row["method"].startswith("seedflood") else "o"
+        axis.errorbar(
+            max(row["bytes_per_edge"], 1.0),
+            100 * row["accuracy"],
+            yerr=100 * row["accuracy_std"],
+            marker=marker,
+            markersize=14 if marker == "*" else 8,
+            capsize=3,
+            label=f"{row['method']} ({row['topology']}, {row['clients']})",
+        )
+    axis.set_xscale("log")
+    axis.set_xlabel("total bytes per edge (log scale)")
+    axis.set_ylabel("test accuracy (%)")
+    axis.set_title("Accuracy vs communication")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _plot_scaling(rows: list[dict[str, Any]], path: Path) -> bool:
+    dsgd = [r for r in rows if r["method"] == "dsgd"]
+    if len({r["clients"] for r in rows}) < 2 or not dsgd:
+        return False
+    reference = min(dsgd, key=lambda r: r["clients"])["accuracy"]
+    figure, axis = plt.subplots(figsize=(6.5, 4.2))
+    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_method[f"{row['method']} ({row['topology']})"].append(row)
+    for name, members in sorted(by_method.items()):
+        members.sort(key=lambda r: r["clients"])
+        axis.plot(
+            [r["clients"] for r in members],
+            [100 * r["accuracy"] / reference for r in members],
+            marker="o",
+            label=name,
+        )
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("clients")
+    axis.set_ylabel("accuracy, % of DSGD at the fewest clients")
+    axis.axhline(100, color="grey", linewidth=0.8)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _plot_curves(runs: list[Run], path: Path) -> None:
+    figure, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    seen: set[tuple[str, str, str, int]] = set()
+    for run in sorted(runs, key=lambda r: r.group):
+        if run.group in seen or not run.history:
+            continue
+        seen.add(run.group)
+        steps_per_round = run.results["steps"] / run.results["rounds"]
+        label = f"{run.results['method']} ({run.results['topology']}, {run.results['clients']})"
+        accuracy = [100 * h["accuracy"] for h in run.history]
+        by_step.plot([h["round"] * steps_per_round for h in run.history], accuracy, label=label)
+        by_time.plot([h["wall_seconds"] for h in run.history], accuracy, label=label)
+    by_step.set_xlabel("local steps per client")
+    by_time.set_xlabel("wall seconds (simulator, this machine)")
+    by_step.set_ylabel("validation accuracy (%)")
+    by_step.legend(fontsize=7)
+    for axis in (by_step, by_time):
+        axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(directories: list[Path], out: Path) -> Path:
+    """Write report.md and its plots into ``out``; returns the report's path."""
+    runs = find_runs([Path(d) for d in directories])
+    rows = summarize(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "# Results",
+        "",
+        f"{len(runs)} runs from {', '.join(str(d) for d in directories)}. Accuracy is the test "
+        "accuracy of the average of all clients' models, mean ± std over seeds; bytes are the "
+        "total over the busiest edge, both directions added.",
+        "",
+        "| method | task | topology | clients | seeds | steps | accuracy (%) | zero-shot (%) "
+        "| bytes per edge | wall time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['method']} | {r['task']} | {r['topology']} | {r['clients']} | {r['seeds']} "
+            f"| {r['steps']} | {100 * r['accuracy']:.1f} ± {100 * r['accuracy_std']:.1f} "
+            f"| {100 * r['zero_shot']:.1f} | {_bytes(r['bytes_per_edge'])} "
+            f"| {r['wall_seconds']:.0f} |"
+        )
+    _plot_accuracy_vs_bytes(rows, out / "accuracy_vs_bytes.png")
+    lines += ["", "![accuracy vs bytes per edge](accuracy_vs_bytes.png)", ""]
+    if _plot_scaling(rows, out / "scaling.png"):
+        lines += ["![accuracy normalised to DSGD at the fewest clients](scaling.png)", ""]
+    _plot_curves(runs, out / "curves.png")
+    lines += ["![validation accuracy over steps and wall time](curves.png)", ""]
+    report = out / "report.md"
+    atomic_write_text(report, "\n".join(lines))
+    atomic_write_json(out / "summary.json", rows)
+    return report
