@@ -192,16 +192,20 @@ def run(
     report = progress or (lambda _round, _record: None)
     report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
     history: list[dict[str, Any]] = []
+    train_seconds = 0.0
 
     def record(done: int, stats: dict[str, float]) -> None:
         entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
         entry["wall_seconds"] = time.perf_counter() - started
+        entry["train_seconds"] = train_seconds
         history.append(entry)
         atomic_write_jsonl(out / "history.jsonl", history)
 
     record(0, {})
     for round_index in range(config.rounds):
+        round_started = time.perf_counter()
         stats = algorithm.run_round(round_index)
+        train_seconds += time.perf_counter() - round_started
         done = round_index + 1
         if done % config.eval_every == 0 or done == config.rounds:
             record(done, stats)
@@ -226,6 +230,7 @@ def run(
         "data_source": exp.data_source,
         "data_notes": exp.data_notes,
         "wall_seconds": time.perf_counter() - started,
+        "train_seconds": train_seconds,
         "peak_rss_mb": peak_rss_mb(),
         "config": config.model_dump(),
     }
