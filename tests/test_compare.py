@@ -1,0 +1,144 @@
+"""Grids expand, validate up front and resume; reports aggregate seeds and draw the plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from seedflood.cli import app
+from seedflood.compare import plan
+from seedflood.config import ConfigError
+from seedflood.metrics import atomic_write_json, atomic_write_jsonl
+from seedflood.report import find_runs, summarize, write_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def grid(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_grid_expands_variants_times_swept_values(tmp_path: Path) -> None:
+    runs = plan(
+        grid(
+            tmp_path,
+            "common: {rounds: 3}\n"
+            "variants:\n  seedflood: {lr: 0.01}\n  dsgd-lora: {method: dsgd, lora: true}\n"
+            "grid:\n  clients: [8, 16]\n  seed: [0, 1]\n",
+        )
+    )
+    assert len(runs) == 2 * 2 * 2
+    assert runs[0].name == "seedflood_clients-8_seed-0"
+    assert runs[-1].name == "dsgd-lora_clients-16_seed-1"
+    assert {r.config.name for r in runs} == {"seedflood", "dsgd-lora"}
+    assert all(r.config.rounds == 3 for r in runs)
+    assert [r.config.clients for r in runs[:4]] == [8, 8, 16, 16]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("variants:\n  bad: {lr: -1}\n", r"(?s)variant 'bad' with \{\}: .*key 'lr'"),
+        ("grid:\n  clients: 16\n", "grid key 'clients' needs a non-empty list"),
+        ("sweep: {}\n", r"unknown key\(s\) \['sweep'\]"),
+        ("variants: [1, 2]\n", "variants must be a mapping"),
+    ],
+)
+def test_bad_grids_are_refused_before_anything_runs(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        plan(grid(tmp_path, text))
+
+
+def fake_run(root: Path, method: str, clients: int, seed: int, accuracy: float, size: float):
+    directory = root / f"{method}-{clients}-{seed}"
+    atomic_write_json(
+        directory / "results.json",
+        {
+            "method": method,
+            "topology": "ring",
+            "clients": clients,
+            "accuracy": accuracy,
+            "zero_shot_accuracy": 0.5,
+            "bytes_per_edge_max": size,
+            "steps": 10,
+            "rounds": 5,
+            "wall_seconds": 12.0,
+            "train_seconds": 10.0,
+            "config": {"task": "sst2"},
+        },
+    )
+    atomic_write_jsonl(
+        directory / "history.jsonl",
+        [
+            {"round": 0, "accuracy": 0.5, "train_seconds": 0.0},
+            {"round": 5, "accuracy": accuracy, "train_seconds": 10.0},
+        ],
+    )
+
+
+def test_report_aggregates_seeds_and_draws_every_plot(tmp_path: Path) -> None:
+    fake_run(tmp_path, "dsgd", 16, 0, 0.80, 5e8)
+    fake_run(tmp_path, "dsgd", 16, 1, 0.90, 5e8)
+    fake_run(tmp_path, "dsgd", 32, 0, 0.70, 5e8)
+    fake_run(tmp_path, "seedflood", 16, 0, 0.75, 4e5)
+    fake_run(tmp_path, "seedflood", 32, 0, 0.85, 8e5)
+    rows = summarize(find_runs([tmp_path]))
+    dsgd16 = next(r for r in rows if r["method"] == "dsgd" and r["clients"] == 16)
+    assert dsgd16["seeds"] == 2
+    assert dsgd16["accuracy"] == pytest.approx(0.85)
+    assert dsgd16["accuracy_std"] == pytest.approx(0.0707107, rel=1e-5)
+    report = write_report([tmp_path], tmp_path / "report")
+    text = report.read_text()
+    assert "| dsgd | sst2 | ring | 16 | 2 | 10 | 85.0 ± 7.1 | 50.0 | 500 MB | 10 | 12 |" in text
+    assert "| seedflood | sst2 | ring | 32 | 1 | 10 | 85.0 ± 0.0 | 50.0 | 800 KB |" in text
+    for plot in ("accuracy_vs_bytes.png", "scaling.png", "curves.png"):
+        assert (tmp_path / "report" / plot).read_bytes()[:8] == PNG
+        assert plot in text
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert len(summary) == 4
+
+
+def test_report_without_a_scaling_grid_skips_that_plot(tmp_path: Path) -> None:
+    fake_run(tmp_path, "seedflood", 16, 0, 0.75, 4e5)
+    report = write_report([tmp_path], tmp_path / "out")
+    assert "scaling.png" not in report.read_text()
+    with pytest.raises(ValueError, match=r"no results\.json"):
+        write_report([tmp_path / "out"], tmp_path / "elsewhere")
+
+
+def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
+    data = tmp_path / "data" / "sst2"
+    data.mkdir(parents=True)
+    rows = [
+        {"idx": i, "sentence": f"film {i} was {'good' if i % 2 else 'bad'}", "label": i % 2}
+        for i in range(40)
+    ]
+    for split in ("train", "validation"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = (
+        f"common: {{model: tiny, data_dir: {tmp_path / 'data'}, clients: 4, rounds: 2, rank: 8,"
+        " batch_size: 2, n_train: 16, n_val: 8, n_test: 8, eval_every: 1}\n"
+        "variants:\n  seedflood: {lr: 0.01}\n  dsgd: {method: dsgd, lr: LR}\n"
+    )
+    out = tmp_path / "out"
+    path = grid(tmp_path, spec.replace("LR", "0.01"))
+    first = CliRunner().invoke(app, ["compare", str(path), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("results.json")}
+    assert len(stamps) == 2 and (out / "report.md").is_file()
+    again = CliRunner().invoke(app, ["compare", str(path), "--out", str(out)])
+    assert again.output.count("skip") == 2
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps
+    changed = grid(tmp_path, spec.replace("LR", "0.02"))
+    third = CliRunner().invoke(app, ["compare", str(changed), "--out", str(out)])
+    assert third.output.count("skip") == 1
+    rerun = out / "runs" / "dsgd" / "results.json"
+    assert rerun.stat().st_mtime_ns != stamps[rerun]
+    assert json.loads(rerun.read_text())["config"]["lr"] == 0.02
