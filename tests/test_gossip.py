@@ -34,9 +34,13 @@ def shards_for(tokenizer, n: int) -> list:
     return [tokenize(tokenizer, shard, 32) for shard in partition(examples, n, seed=0)]
 
 
-def make_gossip(tiny, topology: Topology, **kw) -> Gossip:
-    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
-    trainable = kw.pop("trainable", None) or list(model.parameters())
+def make_gossip(
+    tiny, topology: Topology, model: nn.Module | None = None, trainable=None, **kw
+) -> Gossip:
+    """A Gossip over ``model`` (a copy of the tiny model unless given) and its ``trainable``."""
+    tokenizer = tiny[1]
+    model = model or copy.deepcopy(tiny[0])
+    trainable = trainable or list(model.parameters())
     options = {
         "estimator": "gradient",
         "lr": 0.05,
@@ -121,26 +125,13 @@ def test_dzsgd_sends_every_parameter_in_fp32(tiny) -> None:
 
 
 def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:
-    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    model = copy.deepcopy(tiny[0])
     base = {k: v.clone() for k, v in model.state_dict().items()}
     adapters = add_lora(model, rank=8, alpha=16, targets=("q_proj", "v_proj"), seed=0)
     # 2 layers × (q: 8×64 + 64×8, v: 8×64 + 32×8 with 2 kv heads of 16)
     assert sum(p.numel() for p in adapters) == 2 * ((8 * 64 + 64 * 8) + (8 * 64 + 32 * 8))
-    gossip = Gossip(
-        model=model,
-        trainable=adapters,
-        topology=make_topology("ring", 4),
-        shards=shards_for(tokenizer, 4),
-        pad_id=tokenizer.pad_token_id,
-        estimator="gradient",
-        lr=0.1,
-        eps=1e-3,
-        batch_size=3,
-        local_steps=2,
-        mixing="metropolis",
-        topk_ratio=None,
-        gamma=1.0,
-        run_seed=0,
+    gossip = make_gossip(
+        tiny, make_topology("ring", 4), model=model, trainable=adapters, lr=0.1, local_steps=2
     )
     gossip.run_round(0)
     assert gossip.describe()["bytes_per_message"] == 4 * 3584
@@ -153,27 +144,12 @@ def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:
     assert gossip.consensus_distance() > 0
 
 
-def test_pure_gossip_contracts_at_the_spectral_gap_rate() -> None:
+def test_pure_gossip_contracts_at_the_spectral_gap_rate(tiny) -> None:
     """With no local steps, ‖X − 1x̄ᵀ‖² shrinks by (1 − gap)² per round once the slowest mode
     dominates."""
     topology = make_topology("ring", 8)
     model = nn.Linear(50, 40, bias=False)
-    gossip = Gossip(
-        model=model,
-        trainable=[model.weight],
-        topology=topology,
-        shards=[[] for _ in range(8)],
-        pad_id=0,
-        estimator="gradient",
-        lr=0.0,
-        eps=1e-3,
-        batch_size=1,
-        local_steps=1,
-        mixing="metropolis",
-        topk_ratio=None,
-        gamma=1.0,
-        run_seed=0,
-    )
+    gossip = make_gossip(tiny, topology, model=model, trainable=[model.weight], lr=0.0)
     gossip.x.copy_(torch.randn(8, 2000, generator=torch.Generator().manual_seed(0)))
     mean_before = gossip.x.mean(dim=0).clone()
     distances = [gossip.consensus_distance()]
