@@ -135,6 +135,16 @@ def test_subcge_batched_apply_equals_one_by_one_and_region_restores() -> None:
     assert all(torch.equal(original[k], v) for k, v in model.state_dict().items())
 
 
+def test_subcge_merged_apply_matches_scatter_apply() -> None:
+    scattered, merged = Blocks(), Blocks()
+    updates = [(message_seed(0, o, s), s, 0.01 * (o + 1)) for s in range(5) for o in range(40)]
+    SubCGEDirection(trainable_matrices(scattered), rank=4, refresh=3, run_seed=0).apply(updates)
+    SubCGEDirection(trainable_matrices(merged), rank=4, refresh=3, run_seed=0).apply_merged(updates)
+    for a, b in zip(scattered.parameters(), merged.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert not torch.equal(scattered.layers[0].weight, Blocks().layers[0].weight)
+
+
 def test_subcge_direction_second_moment_is_the_subspace_projector() -> None:
     """E[u uᵀ] = I_m ⊗ V Vᵀ per matrix, checked by Monte Carlo with a fixed seed."""
     matrix = nn.Parameter(torch.zeros(3, 6))

@@ -22,7 +22,7 @@ import hashlib
 import math
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -184,11 +184,12 @@ class SubCGEDirection:
         rows = torch.stack([self.coordinates(seed)[0] for seed, _, _ in updates], dim=1)
         return Region(list(self.matrices), [r.unique() for r in rows])
 
-    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
-        """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
+    def _terms(
+        self, updates: Sequence[tuple[int, int, float]]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per epoch and matrix: (matrix, basis, rows, columns, factors) of the updates, in order.
 
-        ``index_add_`` on the CPU adds rows in index order, so the result equals applying the
-        updates one by one.
+        A factor is coef · sign · √(m·r): the update adds factor · V_e[:, column] to the row.
         """
         if not updates:
             return
@@ -204,9 +205,28 @@ class SubCGEDirection:
             for index, (w, v, scale) in enumerate(
                 zip(self.matrices, basis, self.scales, strict=True)
             ):
-                factor = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)[:, None]
-                source = v[cols[index, selected]] * factor
-                w.index_add_(0, rows[index, selected], source)
+                factors = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)
+                yield w, v, rows[index, selected], cols[index, selected], factors
+
+    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
+        """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
+
+        ``index_add_`` on the CPU adds rows in index order, so the result equals applying the
+        updates one by one: O(K · Σ n_in) for K updates.
+        """
+        for w, v, rows, cols, factors in self._terms(updates):
+            w.index_add_(0, rows, v[cols] * factors[:, None])
+
+    def apply_merged(self, updates: Sequence[tuple[int, int, float]]) -> None:
+        """Apply many updates as one scatter into A (m × r) and one merge W += A V_eᵀ per matrix:
+        O(K + r·d), the cheaper path when K is large.
+
+        Its rounding differs from ``apply``; all clients of a run must use the same path.
+        """
+        for w, v, rows, cols, factors in self._terms(updates):
+            coefficients = torch.zeros(w.shape[0], self.rank, dtype=w.dtype)
+            coefficients.index_put_((rows, cols), factors, accumulate=True)
+            w.add_(coefficients @ v)
 
 
 def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:
