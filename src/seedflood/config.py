@@ -57,6 +57,7 @@ class RunConfig(BaseModel):
     local_steps: int | None = Field(None, ge=1)
     hops: int | None = Field(None, ge=1)
     scalar_format: Literal["fp32", "fp16", "bf16"] = "fp32"
+    batched_forward: bool = False
 
     lora: bool = False
     lora_rank: int = Field(8, ge=1)
@@ -76,6 +77,8 @@ class RunConfig(BaseModel):
     def _consistent(self) -> RunConfig:
         if self.topology == "edgelist" and not self.edgelist:
             raise ValueError("topology 'edgelist' needs the key 'edgelist': a path to an edge file")
+        if self.batched_forward and (self.method != "seedflood" or self.direction != "subcge"):
+            raise ValueError("batched_forward needs method seedflood with direction subcge")
         if self.lora and self.method == "seedflood":
             raise ValueError(
                 "lora: true applies to the gossip baselines (dsgd, choco, dzsgd); SeedFlood "

@@ -54,6 +54,14 @@ def _is_single_token(batch: Sequence[TokenizedExample]) -> bool:
     return all(len(c) == 1 for c in first) and all(e.candidates == first for e in batch)
 
 
+def rows_per_example(batch: Sequence[TokenizedExample]) -> list[int]:
+    """How many model input rows ``candidate_scores`` gives each example: one on the
+    single-token path, one per candidate otherwise."""
+    if _is_single_token(batch):
+        return [1] * len(batch)
+    return [len(e.candidates) for e in batch]
+
+
 def _pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right padding: real tokens keep positions 0..len-1 under a causal mask."""
     width = max(len(s) for s in sequences)

@@ -89,6 +89,7 @@ def build_algorithm(
             direction=direction,
             hops=config.hops or topology.diameter,
             scalar_format=config.scalar_format,
+            batched=config.batched_forward,
             **common,
         )
     if config.lora:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
+from seedflood.batched import Segment, segment_losses
 from seedflood.flooding import FloodState
 from seedflood.messages import Message, quantize
 from seedflood.network import SimulatedNetwork, flood
@@ -79,6 +80,7 @@ class SeedFlood:
         hops: int,
         scalar_format: str,
         run_seed: int,
+        batched: bool = False,
     ) -> None:
         if len(shards) != topology.n:
             raise ValueError(f"{len(shards)} data shards for {topology.n} clients")
@@ -93,6 +95,11 @@ class SeedFlood:
         self.hops = hops
         self.scalar_format = scalar_format
         self.run_seed = run_seed
+        if batched and not isinstance(direction, SubCGEDirection):
+            raise ValueError(
+                "batched forwards need subcge directions; dense ones differ everywhere"
+            )
+        self.batched = batched
         self.n = topology.n
         self.network = SimulatedNetwork(topology.neighbors, scalar_format)
         self.floods = [FloodState(i, topology.neighbors[i]) for i in range(self.n)]
@@ -162,20 +169,47 @@ class SeedFlood:
         mean = torch.stack(views).mean(dim=0)
         return float(sum(((v - mean) ** 2).sum() for v in views) / self.n)
 
+    def _estimates_one_by_one(self, step: int) -> list[tuple[float, float]]:
+        estimates = []
+        for client in range(self.n):
+            batch = self.batch(client, step)
+            with self.client_view(client):
+                touch = self.direction.touch(message_seed(self.run_seed, client, step), step)
+                estimates.append(
+                    two_point_estimate(
+                        lambda b=batch: loss_and_correct(self.model, b, self.pad_id)[0],
+                        touch,
+                        self.eps,
+                    )
+                )
+        return estimates
+
+    def _estimates_batched(self, step: int) -> list[tuple[float, float]]:
+        """Every client's f(x_c ± εu_c) in shared forwards: the ± perturbation is one more update
+        (seed, step, ±ε) on top of the client's pending messages."""
+        segments = []
+        for client in range(self.n):
+            pending = self.updates(self.ledgers[client].ordered())
+            seed = message_seed(self.run_seed, client, step)
+            batch = self.batch(client, step)
+            for sign in (1.0, -1.0):
+                segments.append(Segment(batch, [*pending, (seed, step, sign * self.eps)]))
+        losses = segment_losses(self.model, self.direction, segments, self.pad_id)
+        return [
+            ((plus - minus) / (2.0 * self.eps), (plus + minus) / 2.0)
+            for plus, minus in zip(losses[0::2], losses[1::2], strict=True)
+        ]
+
     def run_round(self, round_index: int) -> dict[str, float]:
         """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then commit."""
         losses, scalars = [], []
         for offset in range(self.local_steps):
             step = round_index * self.local_steps + offset
-            for client in range(self.n):
-                batch = self.batch(client, step)
-                with self.client_view(client):
-                    touch = self.direction.touch(message_seed(self.run_seed, client, step), step)
-                    scalar, loss = two_point_estimate(
-                        lambda b=batch: loss_and_correct(self.model, b, self.pad_id)[0],
-                        touch,
-                        self.eps,
-                    )
+            if self.batched:
+                estimates = self._estimates_batched(step)
+            else:
+                estimates = self._estimates_one_by_one(step)
+            for client, (scalar, loss) in enumerate(estimates):
                 message = Message(step, client, quantize(scalar, self.scalar_format))
                 self.floods[client].originate(message)
                 self.ledgers[client].add(message)

@@ -1,0 +1,141 @@
+"""Many clients' perturbed models in one batched forward over the shared base weights.
+
+Under SubCGE a client's model differs from the shared base by a few updates, each adding
+f · V_e[:, κ] to row ρ of every weight matrix W (m × n_in). For an input row x of that client,
+
+    x (W + Σ f e_ρ V_e[:, κ]ᵀ)ᵀ = x Wᵀ + Σ f (x V_e)[κ] e_ρ,
+
+one shared matrix product, one projection x V_e (r values per token: a few percent of the
+product), and per update one of those values added to one output column. A forward hook on every
+trained linear layer adds those terms, so the model code is untouched and the rows of all
+clients, sorted by length to keep padding small, go through the model together. Results equal
+the per-client computation up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seedflood.scoring import TokenizedExample, candidate_scores, rows_per_example
+from seedflood.zo import SubCGEDirection
+
+Update = tuple[int, int, float]
+
+
+@dataclass
+class Segment:
+    """One client model (the base plus ``updates``) and the examples to score with it."""
+
+    examples: Sequence[TokenizedExample]
+    updates: Sequence[Update]
+
+
+class _Terms:
+    """Every segment's updates as (row, column, factor) per matrix, and for the rows of the current
+    forward the (input row, update) pairs that apply."""
+
+    def __init__(self, direction: SubCGEDirection, segments: Sequence[Segment]) -> None:
+        self.direction = direction
+        flat = sorted(
+            (s, seed, step, coef)
+            for s, segment in enumerate(segments)
+            for seed, step, coef in segment.updates
+        )
+        counts = torch.zeros(len(segments), dtype=torch.long)
+        for s, *_ in flat:
+            counts[s] += 1
+        self.counts = counts
+        self.starts = torch.cumsum(counts, 0) - counts
+        coords = [direction.coordinates(seed) for _, seed, _, _ in flat]
+        self.epochs = torch.tensor([direction.epoch(step) for _, _, step, _ in flat])
+        coefs = torch.tensor([coef for *_, coef in flat], dtype=torch.float64)
+        scales = torch.tensor(direction.scales, dtype=torch.float64)[:, None]
+        self.rows = torch.stack([c[0] for c in coords], dim=1) if flat else None
+        self.cols = torch.stack([c[1] for c in coords], dim=1) if flat else None
+        signs = torch.stack([c[2] for c in coords], dim=1) if flat else None
+        self.factors = (coefs * signs * scales).float() if flat else None
+        self.pair_rows = self.pair_terms = torch.zeros(0, dtype=torch.long)
+
+    def select_rows(self, row_segments: torch.Tensor) -> None:
+        """Pair every input row of the next forward with its segment's updates."""
+        per_row = self.counts[row_segments]
+        self.pair_rows = torch.arange(len(row_segments)).repeat_interleave(per_row)
+        offsets = torch.cumsum(per_row, 0) - per_row
+        within = torch.arange(int(per_row.sum())) - offsets.repeat_interleave(per_row)
+        self.pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
+
+    def add_to(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        if self.rows is None or not len(self.pair_terms):
+            return output
+        terms = self.pair_terms
+        tokens = torch.arange(x.shape[1])[None, :]
+        for epoch in self.epochs[terms].unique().tolist():
+            mask = self.epochs[terms] == epoch
+            rows, picked = self.pair_rows[mask], terms[mask]
+            projected = x @ self.direction.basis(epoch)[index].T
+            values = (
+                projected[rows, :, self.cols[index, picked]] * self.factors[index, picked][:, None]
+            )
+            output = output.index_put(
+                (rows[:, None], tokens, self.rows[index, picked][:, None]), values, accumulate=True
+            )
+        return output
+
+
+@contextmanager
+def _hooks(model: nn.Module, terms: _Terms) -> Iterator[None]:
+    position = {w.data_ptr(): index for index, w in enumerate(terms.direction.matrices)}
+    handles = []
+    for module in model.modules():
+        index = position.get(module.weight.data_ptr()) if isinstance(module, nn.Linear) else None
+        if index is None:
+            continue
+
+        def hook(
+            _module: nn.Module, inputs: tuple, output: torch.Tensor, index: int = index
+        ) -> torch.Tensor:
+            return terms.add_to(index, inputs[0], output)
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def segment_losses(
+    model: nn.Module,
+    direction: SubCGEDirection,
+    segments: Sequence[Segment],
+    pad_id: int,
+    rows_per_forward: int = 256,
+) -> list[float]:
+    """Mean cross-entropy of every segment's examples under its own model, batched."""
+    terms = _Terms(direction, segments)
+    owned = sorted(
+        ((s, example) for s, segment in enumerate(segments) for example in segment.examples),
+        key=lambda item: len(item[1].prompt),
+    )
+    totals = torch.zeros(len(segments), dtype=torch.float64)
+    counts = torch.zeros(len(segments), dtype=torch.float64)
+    with torch.inference_mode(), _hooks(model, terms):
+        for start in range(0, len(owned), rows_per_forward):
+            chunk = owned[start : start + rows_per_forward]
+            examples = [example for _, example in chunk]
+            example_segments = torch.tensor([s for s, _ in chunk])
+            terms.select_rows(
+                example_segments.repeat_interleave(torch.tensor(rows_per_example(examples)))
+            )
+            scores = candidate_scores(model, examples, pad_id).double()
+            labels = torch.tensor([e.label for e in examples])
+            losses = F.cross_entropy(scores, labels, reduction="none")
+            totals.index_add_(0, example_segments, losses)
+            counts.index_add_(0, example_segments, torch.ones_like(losses))
+    return (totals / counts).tolist()
