@@ -40,6 +40,22 @@ def test_grid_expands_variants_times_swept_values(tmp_path: Path) -> None:
     assert [r.config.clients for r in runs[:4]] == [8, 8, 16, 16]
 
 
+def test_a_variant_can_narrow_the_sweep(tmp_path: Path) -> None:
+    runs = plan(
+        grid(
+            tmp_path,
+            "variants:\n  seedflood: {}\n  dsgd: {method: dsgd, grid: {clients: [16]}}\n"
+            "grid:\n  clients: [16, 32, 64]\n",
+        )
+    )
+    assert [r.name for r in runs] == [
+        "seedflood_clients-16",
+        "seedflood_clients-32",
+        "seedflood_clients-64",
+        "dsgd_clients-16",
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -7,6 +7,7 @@ A grid file::
     variants:                       # name → overrides; each variant is one method setting
       seedflood: {method: seedflood, lr: 0.01}
       dsgd-lora: {method: dsgd, lora: true, lr: 0.05}
+      dsgd: {method: dsgd, grid: {clients: [16]}}   # a variant may narrow the sweep
     grid:                           # every combination of these values
       topology: [ring, meshgrid]
       clients: [16]
@@ -76,14 +77,16 @@ def plan(grid_file: str | Path) -> list[PlannedRun]:
     common = _mapping(spec.get("common"), "common")
     variants = _mapping(spec.get("variants"), "variants") or {"run": {}}
     sweep = _mapping(spec.get("grid"), "grid")
-    for key, values in sweep.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"grid key '{key}' needs a non-empty list of values")
     runs = []
     for variant, overrides in variants.items():
-        for combination in itertools.product(*sweep.values()):
-            chosen = dict(zip(sweep, combination, strict=True))
-            settings = {"label": variant, **common, **_mapping(overrides, variant), **chosen}
+        own = dict(_mapping(overrides, f"variant {variant}"))
+        own_sweep = {**sweep, **_mapping(own.pop("grid", None), f"variant {variant}: grid")}
+        for key, values in own_sweep.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"grid key '{key}' needs a non-empty list of values")
+        for combination in itertools.product(*own_sweep.values()):
+            chosen = dict(zip(own_sweep, combination, strict=True))
+            settings = {"label": variant, **common, **own, **chosen}
             try:
                 config = load_config(base, values=settings)
             except ConfigError as error:
