@@ -158,3 +158,9 @@ def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
     rerun = out / "runs" / "dsgd" / "results.json"
     assert rerun.stat().st_mtime_ns != stamps[rerun]
     assert json.loads(rerun.read_text())["config"]["lr"] == 0.02
+
+
+@pytest.mark.parametrize("path", sorted(Path("configs/paper").glob("*.yaml")), ids=str)
+def test_shipped_grids_are_valid(path: Path) -> None:
+    runs = plan(path)
+    assert runs and all(r.config.model == "smollm2-135m" for r in runs)
