@@ -57,7 +57,8 @@ def check_memory(config: RunConfig, trainable: int) -> None:
         copies = "2 × " if config.method == "choco" else ""
         raise ConfigError(
             f"method {config.method} with {config.clients} clients keeps {copies}"
-            f"{config.clients} × {trainable:,} fp32 values: about {needed / 1e9:.1f} GB, but only "
+            f"{config.clients} × {trainable:,} fp32 values and working space: about "
+            f"{needed / 1e9:.1f} GB, but only "
             f"{available / 1e9:.1f} GB of memory is available; use lora: true, fewer clients or "
             "a smaller model"
         )

@@ -107,7 +107,9 @@ class Gossip:
         return bool((self.x == self.x[0]).all())
 
     def consensus_distance(self) -> float:
-        mean = self.x.double().mean(dim=0)
+        """(1/n) Σ_i ‖x_i − x̄‖², in float64 one row at a time (a float64 copy of all rows
+        would double the largest allocation of the run)."""
+        mean = self.x.mean(dim=0, dtype=torch.float64)
         return float(sum(((row.double() - mean) ** 2).sum() for row in self.x) / self.n)
 
     def local_step(self, client: int, step: int) -> float:
@@ -174,5 +176,6 @@ class Gossip:
 
 
 def gossip_memory_bytes(clients: int, trainable: int, compressed: bool) -> int:
-    """What the client states take: x for every client, and ChocoSGD's public copies x̂."""
-    return clients * trainable * FP32_BYTES * (2 if compressed else 1)
+    """What the client states take (x for every client, ChocoSGD's public copies x̂) plus three
+    vectors of working space (a direction, its saved values, the clients' mean)."""
+    return (clients * (2 if compressed else 1) + 3) * trainable * FP32_BYTES
