@@ -186,6 +186,8 @@ def run(
 ) -> dict[str, Any]:
     """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl."""
     out = Path(out_dir)
+    # A run redone in the same directory must not leave the old results beside the new history.
+    (out / "results.json").unlink(missing_ok=True)
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     exp = build(config)
