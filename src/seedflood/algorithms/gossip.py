@@ -107,9 +107,12 @@ class Gossip:
         return bool((self.x == self.x[0]).all())
 
     def consensus_distance(self) -> float:
-        """(1/n) Σ_i ‖x_i − x̄‖², in float64 one row at a time (a float64 copy of all rows
-        would double the largest allocation of the run)."""
-        mean = self.x.mean(dim=0, dtype=torch.float64)
+        """(1/n) Σ_i ‖x_i − x̄‖², in float64 one row at a time: a float64 copy of all rows (which
+        ``mean(dtype=float64)`` makes) would double the largest allocation of the run."""
+        mean = torch.zeros(self.d, dtype=torch.float64)
+        for row in self.x:
+            mean += row
+        mean /= self.n
         return float(sum(((row.double() - mean) ** 2).sum() for row in self.x) / self.n)
 
     def local_step(self, client: int, step: int) -> float:
