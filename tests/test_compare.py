@@ -12,7 +12,7 @@ from seedflood.cli import app
 from seedflood.compare import plan
 from seedflood.config import ConfigError
 from seedflood.metrics import atomic_write_json, atomic_write_jsonl
-from seedflood.report import find_runs, summarize, write_report
+from seedflood.report import find_runs, head_to_head, summarize, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -72,7 +72,15 @@ def test_bad_grids_are_refused_before_anything_runs(
         plan(grid(tmp_path, text))
 
 
-def fake_run(root: Path, method: str, clients: int, seed: int, accuracy: float, size: float):
+def fake_run(
+    root: Path,
+    method: str,
+    clients: int,
+    seed: int,
+    accuracy: float,
+    size: float,
+    history: list[tuple[int, float, float]] | None = None,
+):
     directory = root / f"{method}-{clients}-{seed}"
     atomic_write_json(
         directory / "results.json",
@@ -87,15 +95,13 @@ def fake_run(root: Path, method: str, clients: int, seed: int, accuracy: float, 
             "rounds": 5,
             "wall_seconds": 12.0,
             "train_seconds": 10.0,
-            "config": {"task": "sst2"},
+            "config": {"task": "sst2", "seed": seed},
         },
     )
+    points = history or [(0, 0.5, 0.0), (5, accuracy, 10.0)]
     atomic_write_jsonl(
         directory / "history.jsonl",
-        [
-            {"round": 0, "accuracy": 0.5, "train_seconds": 0.0},
-            {"round": 5, "accuracy": accuracy, "train_seconds": 10.0},
-        ],
+        [{"round": r, "accuracy": a, "train_seconds": t} for r, a, t in points],
     )
 
 
@@ -119,6 +125,34 @@ def test_report_aggregates_seeds_and_draws_every_plot(tmp_path: Path) -> None:
         assert plot in text
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert len(summary) == 4
+
+
+def test_head_to_head_reads_seedflood_at_equal_rounds_and_time(tmp_path: Path) -> None:
+    fake_run(tmp_path, "dsgd", 16, 0, 0.8, 4e8, [(0, 0.5, 0.0), (3, 0.8, 60.0)])
+    fake_run(
+        tmp_path,
+        "seedflood",
+        16,
+        0,
+        0.7,
+        4e3,
+        [(0, 0.5, 0.0), (3, 0.55, 40.0), (6, 0.6, 80.0), (30, 0.7, 400.0)],
+    )
+    rows = head_to_head(find_runs([tmp_path]))
+    assert rows == [
+        {
+            "method": "dsgd",
+            "rounds": 3,
+            "train_seconds": 60.0,
+            "accuracy": 0.8,
+            "seedflood_equal_rounds": 0.55,
+            "seedflood_equal_time": 0.55,
+            "seedflood_final": 0.7,
+            "bytes_ratio": 1e5,
+        }
+    ]
+    text = write_report([tmp_path], tmp_path / "out").read_text()
+    assert "| dsgd | 3 | 60 | 80.0 | 55.0 | 55.0 | 70.0 | 100,000× |" in text
 
 
 def test_report_without_a_scaling_grid_skips_that_plot(tmp_path: Path) -> None:

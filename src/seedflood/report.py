@@ -164,6 +164,70 @@ def _plot_curves(runs: list[Run], path: Path) -> None:
     plt.close(figure)
 
 
+def _latest(history: list[dict[str, Any]], key: str, limit: float) -> dict[str, Any]:
+    """The last evaluation at or before ``limit`` of ``key`` (rounds or training seconds)."""
+    return [h for h in history if h[key] <= limit + 1e-9][-1]
+
+
+def head_to_head(runs: list[Run]) -> list[dict[str, Any]]:
+    """Each baseline run against the SeedFlood run of the same task, topology, clients and seed:
+    SeedFlood's validation accuracy after as many rounds, and after as much training time, as the
+    baseline's whole run, and how many times more bytes the baseline sent."""
+    seedflood = {
+        (r.group[1:], r.results["config"]["seed"]): r
+        for r in runs
+        if r.results["method"] == "seedflood" and r.history
+    }
+    rows = []
+    for run in runs:
+        partner = seedflood.get((run.group[1:], run.results["config"].get("seed")))
+        if partner is None or run is partner or not run.history:
+            continue
+        final = run.history[-1]
+        rows.append(
+            {
+                "method": run.results["method"],
+                "rounds": final["round"],
+                "train_seconds": final["train_seconds"],
+                "accuracy": final["accuracy"],
+                "seedflood_equal_rounds": _latest(partner.history, "round", final["round"])[
+                    "accuracy"
+                ],
+                "seedflood_equal_time": _latest(
+                    partner.history, "train_seconds", final["train_seconds"]
+                )["accuracy"],
+                "seedflood_final": partner.history[-1]["accuracy"],
+                "bytes_ratio": run.results["bytes_per_edge_max"]
+                / partner.results["bytes_per_edge_max"],
+            }
+        )
+    return rows
+
+
+def _head_to_head_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "## SeedFlood against each baseline",
+        "",
+        "Validation accuracy (%) at the baseline's last evaluation, and SeedFlood's at its last "
+        "evaluation with at most as many rounds and at most as much training time; bytes ratio "
+        "= the baseline's bytes per edge over SeedFlood's.",
+        "",
+        "| baseline | rounds | training s | baseline | SeedFlood, equal rounds "
+        "| SeedFlood, equal time | SeedFlood, end | bytes ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['method']} | {r['rounds']} | {r['train_seconds']:.0f} "
+            f"| {100 * r['accuracy']:.1f} | {100 * r['seedflood_equal_rounds']:.1f} "
+            f"| {100 * r['seedflood_equal_time']:.1f} | {100 * r['seedflood_final']:.1f} "
+            f"| {r['bytes_ratio']:,.0f}× |"
+        )
+    return [*lines, ""]
+
+
 def write_report(directories: list[Path], out: Path) -> Path:
     """Write report.md and its plots into ``out``; returns the report's path."""
     runs = find_runs([Path(d) for d in directories])
@@ -193,6 +257,7 @@ def write_report(directories: list[Path], out: Path) -> Path:
         lines += ["![accuracy normalised to DSGD at the fewest clients](scaling.png)", ""]
     _plot_curves(runs, out / "curves.png")
     lines += ["![validation accuracy over steps and wall time](curves.png)", ""]
+    lines += _head_to_head_lines(head_to_head(runs))
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines))
     atomic_write_json(out / "summary.json", rows)
