@@ -11,27 +11,16 @@ weight matrix (per-message scatter) or accumulates all scalars into A and merges
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from timing import median_seconds
 
 from seedflood.metrics import atomic_write_json
 from seedflood.models import load_model
 from seedflood.zo import DenseDirection, SubCGEDirection, message_seed, trainable_matrices
 
 COUNTS = (1, 16, 256, 1024)
-
-
-def median_seconds(action: Callable[[], None], repeats: int) -> float:
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
 
 
 def updates(count: int) -> list[tuple[int, int, float]]:

@@ -12,12 +12,10 @@ to the FLOP/s of a 2048² fp32 matrix product measured in the same run. Medians 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from timing import median_seconds
 
 from seedflood.batched import Segment, segment_losses
 from seedflood.metrics import atomic_write_json
@@ -25,15 +23,6 @@ from seedflood.models import load_model
 from seedflood.scoring import loss_and_correct, tokenize
 from seedflood.tasks import data_dir_from_env, load_task
 from seedflood.zo import SubCGEDirection, message_seed, trainable_matrices
-
-
-def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
 
 
 def matmul_flops(repeats: int) -> float:
