@@ -29,6 +29,18 @@ def _fail(error: Exception) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _progress(label: str) -> Progress:
+    """A bar with a count, a status field and the elapsed time."""
+    columns = (
+        TextColumn(label),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+    )
+    return Progress(*columns, console=console)
+
+
 @app.command()
 def run(
     config_file: Annotated[Path, typer.Argument(help="YAML run config")],
@@ -45,14 +57,7 @@ def run(
     except ConfigError as error:
         raise _fail(error) from None
     out_dir = out or Path("results") / config_file.stem
-    columns = (
-        TextColumn("[bold]round"),
-        MofNCompleteColumn(),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
+    with _progress("[bold]round") as bar:
         task = bar.add_task("rounds", total=config.rounds, status="loading model and data")
 
         def show(done: int, record: dict[str, Any]) -> None:
@@ -103,14 +108,7 @@ def compare(
     except ConfigError as error:
         raise _fail(error) from None
     out_dir = out or Path("results") / grid_file.stem
-    columns = (
-        TextColumn("{task.description}"),
-        MofNCompleteColumn(),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
+    with _progress("{task.description}") as bar:
         overall = bar.add_task("[bold]runs", total=len(runs), status="")
         for planned in runs:
             if planned.is_done(out_dir):

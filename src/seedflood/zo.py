@@ -18,6 +18,7 @@ multiply-add) keeps per-message, batched and replayed application bit-identical.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import struct
@@ -129,6 +130,8 @@ class SubCGEDirection:
         self.run_seed = run_seed
         self.rows_per_matrix = torch.tensor([w.shape[0] for w in matrices], dtype=torch.long)
         self.scales = [math.sqrt(w.shape[0] * rank) for w in matrices]
+        # Entering a view, applying and committing all need the same messages' coordinates.
+        self.coordinates = functools.lru_cache(maxsize=1 << 16)(self._coordinates)
         self._bases: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
 
     def epoch(self, step: int) -> int:
@@ -153,7 +156,7 @@ class SubCGEDirection:
                 self._bases.popitem(last=False)
         return self._bases[epoch]
 
-    def coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Row, column and sign (±1) per matrix, all drawn from one seed."""
         generator = torch.Generator().manual_seed(seed)
         raw = torch.randint(0, 1 << 62, (len(self.matrices), 3), generator=generator)
