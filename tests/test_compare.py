@@ -186,6 +186,13 @@ def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
     again = CliRunner().invoke(app, ["compare", str(path), "--out", str(out)])
     assert again.output.count("skip") == 2
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps
+    # a run made before a key existed counts that key at its default
+    older = out / "runs" / "seedflood" / "results.json"
+    stored = json.loads(older.read_text())
+    del stored["config"]["eval_clients"]
+    atomic_write_json(older, stored)
+    stamps[older] = older.stat().st_mtime_ns
+    assert plan(path)[0].is_done(out)
     changed = grid(tmp_path, spec.replace("LR", "0.02"))
     third = CliRunner().invoke(app, ["compare", str(changed), "--out", str(out)])
     assert third.output.count("skip") == 1

@@ -64,3 +64,13 @@ def test_bad_files_and_overrides_are_reported(tmp_path: Path) -> None:
         load_config(write(tmp_path, "- 1\n- 2\n"))
     with pytest.raises(ConfigError, match="--set expects key=value, got 'rounds'"):
         load_config(None, ["rounds"])
+
+
+def test_batched_forwards_are_on_exactly_where_they_apply() -> None:
+    assert RunConfig().batched_forward
+    assert not RunConfig(method="dsgd").batched_forward
+    assert not RunConfig(direction="dense").batched_forward
+    assert not load_config(None, ["batched_forward=false"]).batched_forward
+    assert load_config(None, ["batched_forward=null"]).batched_forward
+    with pytest.raises(ConfigError, match="batched_forward needs method seedflood"):
+        load_config(None, ["method=choco", "batched_forward=true"])

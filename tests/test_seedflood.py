@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 
+from seedflood.algorithms import seedflood as seedflood_module
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.flooding import FloodState
 from seedflood.messages import Message, quantize
@@ -184,7 +185,7 @@ def test_every_client_applies_the_scalar_the_codec_carries(tiny) -> None:
         sim.run_round(round_index)
         reference.run_round(round_index)
     for client in range(sim.n):
-        held = sim.ledgers[client].ordered()
+        held = sim.held_messages(client)
         assert held and all(quantize(m.scalar, "bf16") == m.scalar for m in held)
         with sim.client_view(client):
             assert same(parameters(sim.model), parameters(reference.model_of(client)))
@@ -200,6 +201,28 @@ def test_batched_forwards_give_the_one_by_one_estimates(tiny) -> None:
     assert not sim.clients_identical()
     batched = sim._estimates_batched(3)
     one_by_one = sim._estimates_one_by_one(3)
+    for (g_batched, loss_batched), (g_single, loss_single) in zip(batched, one_by_one, strict=True):
+        assert loss_batched == pytest.approx(loss_single, rel=1e-6)
+        assert g_batched == pytest.approx(g_single, rel=1e-3, abs=1e-4)
+
+
+def test_batched_groups_walk_the_shared_weights_and_restore_them(tiny, monkeypatch) -> None:
+    """With a small correction budget clients split into many groups; the shared weights walk
+    between them, every estimate still matches the exact one-by-one path and the base comes back
+    bit for bit."""
+    monkeypatch.setattr(seedflood_module, "MAX_CORRECTIONS", 16)
+    topology = make_topology("ring", 12)
+    sim = make_seedflood(tiny, topology, hops=1)
+    for round_index in range(5):
+        sim.run_round(round_index)
+    helds = [sim.held(client) for client in range(sim.n)]
+    groups = sim._groups(helds)
+    assert 1 < len(groups) < sim.n
+    assert [c for group in groups for c in group] == list(range(sim.n))
+    base = parameters(sim.model)
+    batched = sim._estimates_batched(5)
+    assert same(parameters(sim.model), base)
+    one_by_one = sim._estimates_one_by_one(5)
     for (g_batched, loss_batched), (g_single, loss_single) in zip(batched, one_by_one, strict=True):
         assert loss_batched == pytest.approx(loss_single, rel=1e-6)
         assert g_batched == pytest.approx(g_single, rel=1e-3, abs=1e-4)

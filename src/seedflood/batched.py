@@ -110,12 +110,38 @@ def _hooks(model: nn.Module, terms: _Terms) -> Iterator[None]:
             handle.remove()
 
 
+def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
+    """Rows and length ``candidate_scores`` gives an example: one prompt row when every candidate
+    is a single token, else a prompt + candidate row per candidate."""
+    lengths = [len(c) for c in example.candidates]
+    if max(lengths) == 1:
+        return 1, len(example.prompt)
+    return len(lengths), len(example.prompt) + max(lengths)
+
+
+def _padded_chunks(
+    owned: Sequence[tuple[int, TokenizedExample]], tokens_per_forward: int
+) -> Iterator[Sequence[tuple[int, TokenizedExample]]]:
+    """Consecutive runs of length-sorted examples whose padded inputs hold at most
+    ``tokens_per_forward`` tokens. A budget in tokens, not rows: one long sentence in a chunk of
+    fixed row count pads every row to its length, and on SST-2 that wasted half the compute."""
+    start, rows, width = 0, 0, 0
+    for end, (_, example) in enumerate(owned):
+        added, longest = _padded_shape(example)
+        if end > start and (rows + added) * max(width, longest) > tokens_per_forward:
+            yield owned[start:end]
+            start, rows, width = end, 0, 0
+        rows, width = rows + added, max(width, longest)
+    if owned:
+        yield owned[start:]
+
+
 def segment_losses(
     model: nn.Module,
     direction: SubCGEDirection,
     segments: Sequence[Segment],
     pad_id: int,
-    rows_per_forward: int = 256,
+    tokens_per_forward: int = 2048,
 ) -> list[float]:
     """Mean cross-entropy of every segment's examples under its own model, batched."""
     terms = _Terms(direction, segments)
@@ -126,8 +152,7 @@ def segment_losses(
     totals = torch.zeros(len(segments), dtype=torch.float64)
     counts = torch.zeros(len(segments), dtype=torch.float64)
     with torch.inference_mode(), _hooks(model, terms):
-        for start in range(0, len(owned), rows_per_forward):
-            chunk = owned[start : start + rows_per_forward]
+        for chunk in _padded_chunks(owned, tokens_per_forward):
             examples = [example for _, example in chunk]
             example_segments = torch.tensor([s for s, _ in chunk])
             terms.select_rows(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from seedflood.config import ConfigError, RunConfig, load_config
 
@@ -47,10 +48,11 @@ class PlannedRun:
         if not results.is_file():
             return False
         try:
-            stored = json.loads(results.read_text())["config"]
-        except (json.JSONDecodeError, KeyError):
+            stored = RunConfig(**json.loads(results.read_text())["config"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
             return False
-        return stored == json.loads(self.config.model_dump_json())
+        # Through RunConfig, so keys added since the run was made count at their defaults.
+        return stored == self.config
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -8,6 +8,10 @@ and real peers share it, and lets tests check it hop by hop.
 One refinement of the plain rule: when a neighbour sends a message this client already has, the
 copy still owed to that neighbour is withdrawn, since the neighbour evidently has it. On a ring of
 even size this makes every message cross exactly n directed edges instead of n + 1.
+
+What a client has seen is kept per step as one integer bitmask over origins: with a thousand
+clients and slow flooding a client holds hundreds of thousands of messages, which as sets of
+Python ints would take gigabytes, and the simulator reads a client's holdings straight from here.
 """
 
 import operator
@@ -31,17 +35,22 @@ class FloodState:
         self.duplicates_dropped = 0
         self._seen_count = 0
         self._watermark = 0
-        self._seen: dict[int, set[int]] = {}
+        self._seen: dict[int, int] = {}
         self._owed: dict[int, dict[tuple[int, int], Message]] = {n: {} for n in self.neighbors}
 
     def has(self, key: tuple[int, int]) -> bool:
         """Whether (step, origin) was seen; every step below the forget watermark counts as seen."""
         step, origin = key
-        return step < self._watermark or origin in self._seen.get(step, ())
+        return step < self._watermark or bool(self._seen.get(step, 0) >> origin & 1)
+
+    def held(self, step: int) -> int:
+        """The origins of ``step`` seen so far, as a bitmask (bit o set: origin o's message);
+        0 for a step below the watermark, whose messages are no longer tracked."""
+        return self._seen.get(step, 0)
 
     def _accept(self, message: Message, sender: int | None) -> None:
         step, origin = message.key
-        self._seen.setdefault(step, set()).add(origin)
+        self._seen[step] = self._seen.get(step, 0) | 1 << origin
         self._seen_count += 1
         for neighbor in self.neighbors:
             if neighbor != sender:
@@ -101,4 +110,4 @@ class FloodState:
     @property
     def retained_count(self) -> int:
         """Keys held in memory, to check that forget_before keeps long runs bounded."""
-        return sum(len(origins) for origins in self._seen.values())
+        return sum(origins.bit_count() for origins in self._seen.values())

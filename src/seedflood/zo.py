@@ -131,7 +131,7 @@ class SubCGEDirection:
         self.rows_per_matrix = torch.tensor([w.shape[0] for w in matrices], dtype=torch.long)
         self.scales = [math.sqrt(w.shape[0] * rank) for w in matrices]
         # Entering a view, applying and committing all need the same messages' coordinates.
-        self.coordinates = functools.lru_cache(maxsize=1 << 16)(self._coordinates)
+        self.coordinates = functools.lru_cache(maxsize=1 << 14)(self._coordinates)
         self._bases: OrderedDict[int, list[torch.Tensor]] = OrderedDict()
 
     def epoch(self, step: int) -> int:
@@ -184,32 +184,36 @@ class SubCGEDirection:
 
     def region(self, updates: Sequence[tuple[int, int, float]]) -> Region:
         """The rows of each matrix that any of the updates touches."""
-        rows = torch.stack([self.coordinates(seed)[0] for seed, _, _ in updates], dim=1)
-        return Region(list(self.matrices), [r.unique() for r in rows])
+        if not updates:
+            return Region([], [])
+        touched = [torch.zeros(len(w), dtype=torch.bool) for w in self.matrices]
+        for chunk in _chunks(updates):
+            rows = torch.stack([self.coordinates(seed)[0] for seed, _, _ in chunk], dim=1)
+            for mask, matrix_rows in zip(touched, rows, strict=True):
+                mask[matrix_rows] = True
+        return Region(list(self.matrices), [mask.nonzero().flatten() for mask in touched])
 
     def _terms(
         self, updates: Sequence[tuple[int, int, float]]
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Per epoch and matrix: (matrix, basis, rows, columns, factors) of the updates, in order.
-
-        A factor is coef · sign · √(m·r): the update adds factor · V_e[:, column] to the row.
+        """Per chunk, epoch and matrix: (matrix, basis, rows, columns, factors) of the updates, in
+        order. A factor is coef · sign · √(m·r): the update adds factor · V_e[:, column] to the row.
         """
-        if not updates:
-            return
-        coords = [self.coordinates(seed) for seed, _, _ in updates]
-        rows = torch.stack([c[0] for c in coords], dim=1)
-        cols = torch.stack([c[1] for c in coords], dim=1)
-        signs = torch.stack([c[2] for c in coords], dim=1)
-        coefs = torch.tensor([coef for _, _, coef in updates], dtype=torch.float64)
-        epochs = torch.tensor([self.epoch(step) for _, step, _ in updates])
-        for epoch in epochs.unique().tolist():
-            selected = (epochs == epoch).nonzero().flatten()
-            basis = self.basis(epoch)
-            for index, (w, v, scale) in enumerate(
-                zip(self.matrices, basis, self.scales, strict=True)
-            ):
-                factors = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)
-                yield w, v, rows[index, selected], cols[index, selected], factors
+        for chunk in _chunks(updates):
+            coords = [self.coordinates(seed) for seed, _, _ in chunk]
+            rows = torch.stack([c[0] for c in coords], dim=1)
+            cols = torch.stack([c[1] for c in coords], dim=1)
+            signs = torch.stack([c[2] for c in coords], dim=1)
+            coefs = torch.tensor([coef for _, _, coef in chunk], dtype=torch.float64)
+            epochs = torch.tensor([self.epoch(step) for _, step, _ in chunk])
+            for epoch in epochs.unique().tolist():
+                selected = (epochs == epoch).nonzero().flatten()
+                basis = self.basis(epoch)
+                for index, (w, v, scale) in enumerate(
+                    zip(self.matrices, basis, self.scales, strict=True)
+                ):
+                    factors = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)
+                    yield w, v, rows[index, selected], cols[index, selected], factors
 
     def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
         """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
@@ -230,6 +234,15 @@ class SubCGEDirection:
             coefficients = torch.zeros(w.shape[0], self.rank, dtype=w.dtype)
             coefficients.index_put_((rows, cols), factors, accumulate=True)
             w.add_(coefficients @ v)
+
+
+def _chunks(
+    updates: Sequence[tuple[int, int, float]], size: int = 4096
+) -> Iterator[Sequence[tuple[int, int, float]]]:
+    """Bounded slices of a long update list: with a thousand clients a view can hold hundreds of
+    thousands of messages, whose coordinates all at once would take gigabytes."""
+    for start in range(0, len(updates), size):
+        yield updates[start : start + size]
 
 
 def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:

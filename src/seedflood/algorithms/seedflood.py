@@ -7,6 +7,11 @@ while that client computes and restored exactly afterwards. Because application 
 sequence of floating-point adds, base + rest equals what a client with its own copy computes,
 bit for bit, and with hops = diameter every message reaches everyone in its round, nothing is
 pending and all clients *are* the base.
+
+Memory grows with the messages in flight, not with n·d: what each client holds is read from its
+flood state (a bitmask per step), and each message is stored once. Batched forwards trade the
+last bit of exactness for speed when clients differ (hops < diameter): the shared weights walk
+from client to client by the messages that differ, so views agree with exact ones to rounding.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -33,33 +39,21 @@ from seedflood.zo import (
 )
 
 Update = tuple[int, int, float]
+Held = dict[int, int]
+"""The pending messages a client holds: step → bitmask of origins (see FloodState.held)."""
+
+MAX_CORRECTIONS = 256
+"""Batched forwards group consecutive clients while each differs from the group's first by at
+most this many messages: a correction costs a few gathers per input row and trained matrix, and
+a few hundred of them stay well below the cost of the row's forward."""
 
 
-class Ledger:
-    """The messages one client holds beyond the committed prefix, by step and then origin."""
-
-    def __init__(self) -> None:
-        self.by_step: dict[int, dict[int, Message]] = {}
-
-    def add(self, message: Message) -> None:
-        self.by_step.setdefault(message.step, {})[message.origin] = message
-
-    def count(self, step: int) -> int:
-        return len(self.by_step.get(step, ()))
-
-    def pop(self, step: int) -> list[Message]:
-        held = self.by_step.pop(step, {})
-        return [held[origin] for origin in sorted(held)]
-
-    def ordered(self) -> list[Message]:
-        return [
-            self.by_step[step][origin]
-            for step in sorted(self.by_step)
-            for origin in sorted(self.by_step[step])
-        ]
-
-    def __len__(self) -> int:
-        return sum(len(held) for held in self.by_step.values())
+def origins(mask: int) -> Iterator[int]:
+    """The set bits of ``mask``, lowest first."""
+    while mask:
+        lowest = mask & -mask
+        yield lowest.bit_length() - 1
+        mask ^= lowest
 
 
 class SeedFlood:
@@ -103,7 +97,7 @@ class SeedFlood:
         self.n = topology.n
         self.network = SimulatedNetwork(topology.neighbors, scalar_format)
         self.floods = [FloodState(i, topology.neighbors[i]) for i in range(self.n)]
-        self.ledgers = [Ledger() for _ in range(self.n)]
+        self.pending: dict[int, dict[int, Message]] = {}
         self.committed_step = -1
         self.messages_made = 0
 
@@ -121,6 +115,31 @@ class SeedFlood:
     def batch(self, client: int, step: int) -> list[TokenizedExample]:
         return sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
 
+    def held(self, client: int) -> Held:
+        """What ``client`` holds beyond the committed prefix; its flood state is the record."""
+        state = self.floods[client]
+        return {step: mask for step in self.pending if (mask := state.held(step))}
+
+    def _messages(self, held: Held) -> list[Message]:
+        """Held messages in canonical (step, origin) order."""
+        return [
+            self.pending[step][origin] for step in sorted(held) for origin in origins(held[step])
+        ]
+
+    def _all_pending(self) -> list[Message]:
+        return [self.pending[t][o] for t in sorted(self.pending) for o in sorted(self.pending[t])]
+
+    def held_messages(self, client: int) -> list[Message]:
+        return self._messages(self.held(client))
+
+    def _difference(self, source: Held, target: Held) -> list[Update]:
+        """Updates turning the model of ``source`` into that of ``target``, up to rounding: the
+        messages only ``source`` holds taken back, then those only ``target`` holds added."""
+        steps = source.keys() | target.keys()
+        dropped = {t: source.get(t, 0) & ~target.get(t, 0) for t in steps}
+        gained = {t: target.get(t, 0) & ~source.get(t, 0) for t in steps}
+        return self.updates(self._messages(dropped), -1.0) + self.updates(self._messages(gained))
+
     @contextmanager
     def _applied(self, updates: list[Update]) -> Iterator[None]:
         if not updates:
@@ -135,39 +154,46 @@ class SeedFlood:
             region.restore(saved)
 
     def client_view(self, client: int) -> Any:
-        """The model as ``client`` holds it, for the duration of the ``with`` block."""
-        return self._applied(self.updates(self.ledgers[client].ordered()))
+        """The model as ``client`` holds it, exactly, for the duration of the ``with`` block."""
+        return self._applied(self.updates(self.held_messages(client)))
+
+    def _holder_counts(self, step: int) -> np.ndarray:
+        """How many clients hold each origin's message of ``step``."""
+        width = (self.n + 7) // 8
+        packed = b"".join(state.held(step).to_bytes(width, "little") for state in self.floods)
+        bits = np.unpackbits(
+            np.frombuffer(packed, dtype=np.uint8).reshape(self.n, width), axis=1, bitorder="little"
+        )
+        return bits[:, : self.n].sum(axis=0)
 
     def global_view(self) -> Any:
         """The average of all clients' models (the paper's GMP): each pending message weighted by
         the share of clients that hold it."""
-        holders: dict[tuple[int, int], tuple[Message, int]] = {}
-        for ledger in self.ledgers:
-            for message in ledger.ordered():
-                _, count = holders.get(message.key, (message, 0))
-                holders[message.key] = (message, count + 1)
-        updates = [
-            self.updates([message], count / self.n)[0]
-            for key, (message, count) in sorted(holders.items())
-        ]
-        return self._applied(updates)
+        counts = {step: self._holder_counts(step) for step in self.pending}
+        return self._applied(
+            [
+                self.updates([m], int(counts[m.step][m.origin]) / self.n)[0]
+                for m in self._all_pending()
+            ]
+        )
 
     def clients_identical(self) -> bool:
-        return all(len(ledger) == 0 for ledger in self.ledgers)
+        return not self.pending
 
     def consensus_distance(self) -> float:
-        """(1/n) Σ_i ‖x_i − x̄‖² over the parameters, computed on the region pending messages touch
-        (everything else is the base, identical for all)."""
+        """(1/n) Σ_i ‖x_i − x̄‖² over the parameters, on the region pending messages touch
+        (everything else is the base, identical for all), one client at a time."""
         if self.clients_identical():
             return 0.0
-        pending = sorted({m.key: m for ledger in self.ledgers for m in ledger.ordered()}.values())
-        region = self.direction.region(self.updates(pending))
-        views = []
+        region = self.direction.region(self.updates(self._all_pending()))
+        with self.global_view():
+            mean = region.values()
+        total = 0.0
         for client in range(self.n):
             with self.client_view(client):
-                views.append(region.values().double())
-        mean = torch.stack(views).mean(dim=0)
-        return float(sum(((v - mean) ** 2).sum() for v in views) / self.n)
+                spread = region.values() - mean
+                total += float((spread * spread).sum(dtype=torch.float64))
+        return total / self.n
 
     def _estimates_one_by_one(self, step: int) -> list[tuple[float, float]]:
         estimates = []
@@ -184,21 +210,53 @@ class SeedFlood:
                 )
         return estimates
 
+    def _groups(self, helds: Sequence[Held]) -> list[list[int]]:
+        """Runs of consecutive clients whose models differ from the run's first by at most
+        MAX_CORRECTIONS messages (all clients at once when nothing is pending)."""
+        groups: list[list[int]] = []
+        for client, held in enumerate(helds):
+            if groups:
+                first = helds[groups[-1][0]]
+                steps = first.keys() | held.keys()
+                differing = sum((first.get(t, 0) ^ held.get(t, 0)).bit_count() for t in steps)
+                if differing <= MAX_CORRECTIONS:
+                    groups[-1].append(client)
+                    continue
+            groups.append([client])
+        return groups
+
     def _estimates_batched(self, step: int) -> list[tuple[float, float]]:
-        """Every client's f(x_c ± εu_c) in shared forwards: the ± perturbation is one more update
-        (seed, step, ±ε) on top of the client's pending messages."""
-        segments = []
-        for client in range(self.n):
-            pending = self.updates(self.ledgers[client].ordered())
-            seed = message_seed(self.run_seed, client, step)
-            batch = self.batch(client, step)
-            for sign in (1.0, -1.0):
-                segments.append(Segment(batch, [*pending, (seed, step, sign * self.eps)]))
-        losses = segment_losses(self.model, self.direction, segments, self.pad_id)
-        return [
-            ((plus - minus) / (2.0 * self.eps), (plus + minus) / 2.0)
-            for plus, minus in zip(losses[0::2], losses[1::2], strict=True)
-        ]
+        """Every client's f(x_c ± εu_c) in shared forwards. Clients go in groups of similar
+        models: the shared weights walk from one group's first client to the next by applying
+        only the messages that differ, each client's difference from them (and its ± perturbation,
+        one more update (seed, step, ±ε)) is added in the forward, and the weights are restored
+        exactly at the end."""
+        helds = [self.held(client) for client in range(self.n)]
+        region = self.direction.region(self.updates(self._all_pending()))
+        saved = region.save()
+        estimates: list[tuple[float, float]] = []
+        shared: Held = {}
+        try:
+            for group in self._groups(helds):
+                self.direction.apply(self._difference(shared, helds[group[0]]))
+                shared = helds[group[0]]
+                segments = []
+                for client in group:
+                    correction = self._difference(shared, helds[client])
+                    seed = message_seed(self.run_seed, client, step)
+                    batch = self.batch(client, step)
+                    for sign in (1.0, -1.0):
+                        segments.append(
+                            Segment(batch, [*correction, (seed, step, sign * self.eps)])
+                        )
+                losses = segment_losses(self.model, self.direction, segments, self.pad_id)
+                estimates += [
+                    ((plus - minus) / (2.0 * self.eps), (plus + minus) / 2.0)
+                    for plus, minus in zip(losses[0::2], losses[1::2], strict=True)
+                ]
+        finally:
+            region.restore(saved)
+        return estimates
 
     def run_round(self, round_index: int) -> dict[str, float]:
         """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then commit."""
@@ -212,27 +270,33 @@ class SeedFlood:
             for client, (scalar, loss) in enumerate(estimates):
                 message = Message(step, client, quantize(scalar, self.scalar_format))
                 self.floods[client].originate(message)
-                self.ledgers[client].add(message)
+                self.pending.setdefault(step, {})[client] = message
                 losses.append(loss)
                 scalars.append(abs(message.scalar))
                 self.messages_made += 1
-        for client, received in enumerate(flood(self.floods, self.network, self.hops)):
-            for message in received:
-                self.ledgers[client].add(message)
+        flood(self.floods, self.network, self.hops)
         self._commit()
         return {
             "train_loss": sum(losses) / len(losses),
             "mean_abs_scalar": sum(scalars) / len(scalars),
-            "pending_messages": float(sum(len(ledger) for ledger in self.ledgers)),
+            "pending_messages": float(self.pending_held()),
         }
+
+    def pending_held(self) -> int:
+        """Messages held beyond the committed prefix, summed over clients."""
+        return sum(state.held(step).bit_count() for state in self.floods for step in self.pending)
 
     def _commit(self) -> None:
         """Fold every step that all clients hold completely into the base, in canonical order."""
-        while all(ledger.count(self.committed_step + 1) == self.n for ledger in self.ledgers):
-            step = self.committed_step + 1
-            every_clients_copy = [ledger.pop(step) for ledger in self.ledgers]
-            self.direction.apply(self.updates(every_clients_copy[0]))
+        everyone = (1 << self.n) - 1
+        while (step := self.committed_step + 1) in self.pending and all(
+            state.held(step) == everyone for state in self.floods
+        ):
+            messages = self.pending.pop(step)
+            self.direction.apply(self.updates([messages[o] for o in sorted(messages)]))
             self.committed_step = step
+            for state in self.floods:
+                state.forget_before(step + 1)
 
     def traffic(self) -> dict[str, float]:
         return self.network.summary()
