@@ -28,7 +28,10 @@ class EdgeTraffic:
 
 
 class Transport(Protocol):
-    """What `flood` needs from a transport, simulated or real."""
+    """What `flood` needs from a transport, simulated or real. ``hosts_everyone`` says whether
+    this process hosts every client, so that "nothing owed here" means "nothing owed anywhere"."""
+
+    hosts_everyone: bool
 
     def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries: ...
 
@@ -86,6 +89,8 @@ class TrafficCounter:
 class SimulatedNetwork:
     """Delivers packets between clients hosted in one process, one synchronous hop at a time, and
     counts every byte and message on every directed edge."""
+
+    hosts_everyone = True
 
     def __init__(self, neighbors: Sequence[Sequence[int]], scalar_format: str = "fp32") -> None:
         if scalar_format not in SCALAR_FORMATS:
@@ -147,7 +152,8 @@ class SimulatedNetwork:
 def flood(states: Sequence[FloodState], network: Transport, hops: int) -> list[list[Message]]:
     """Run up to `hops` hops; per state (in the order given), the new messages it received.
 
-    Stopping once nothing is owed keeps a round with k larger than needed from costing empty hops.
+    Where the transport hosts every client, stopping once nothing is owed keeps a round with k
+    larger than needed from costing empty hops; real peers run every hop in lockstep.
     """
     if hops < 0:
         raise ValueError(f"hops must be >= 0, got {hops}")
@@ -157,7 +163,7 @@ def flood(states: Sequence[FloodState], network: Transport, hops: int) -> list[l
     received: list[list[Message]] = [[] for _ in states]
     for _ in range(hops):
         outboxes = {state.me: box for state in states if (box := state.take_outbox())}
-        if not outboxes:
+        if not outboxes and network.hosts_everyone:
             break
         for receiver, packets in network.hop(outboxes).items():
             index = position.get(receiver)
