@@ -1,0 +1,50 @@
+"""Peers of one run agree on an ordered membership through the DHT; a peer that stops renewing
+drops out, and other runs do not mix in."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+hivemind = pytest.importorskip("hivemind", reason="membership tests need hivemind installed")
+
+from seedflood.membership import Membership, MembershipError  # noqa: E402
+
+
+def test_peers_agree_on_the_ordered_membership_and_see_leavers_go() -> None:
+    first = hivemind.DHT(start=True)
+    others = [hivemind.DHT(initial_peers=first.get_visible_maddrs(), start=True) for _ in range(2)]
+    stranger = hivemind.DHT(initial_peers=first.get_visible_maddrs(), start=True)
+    dhts = [first, *others]
+    try:
+        views = [Membership(dht, "run-a", ttl=3.0) for dht in dhts]
+        for view in views:
+            view.announce()
+        Membership(stranger, "run-b", ttl=3.0).announce()
+        lists = [view.wait_for(3, timeout=20) for view in views]
+        assert all(members == lists[0] for members in lists)
+        assert [m.peer_id for m in lists[0]] == [v.me.peer_id for v in views]
+        with pytest.raises(MembershipError, match="3 of 4 peers announced themselves"):
+            views[0].wait_for(4, timeout=0.5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for view in views[:2]:
+                view.announce()
+            if len(views[0].members()) == 2:
+                break
+            time.sleep(0.5)
+        assert [m.peer_id for m in views[1].members()] == [v.me.peer_id for v in views[:2]]
+    finally:
+        for dht in [*dhts, stranger]:
+            dht.shutdown()
+
+
+def test_bad_run_ids_and_ttls_are_refused() -> None:
+    class FakeDHT:
+        peer_id = None
+
+    with pytest.raises(ValueError, match="run id must be a non-empty name without '/'"):
+        Membership(FakeDHT(), "a/b")
+    with pytest.raises(ValueError, match="ttl must be positive"):
+        Membership(FakeDHT(), "run", ttl=0)
