@@ -42,9 +42,8 @@ def test_envelopes_round_trip_and_reject_bad_lengths() -> None:
         Envelope.decode(envelope.encode()[:-2])
 
 
-def test_four_peers_on_a_ring_flood_like_the_simulator(peers) -> None:
-    runner, p2ps = peers
-    topology = make_topology("ring", 4)
+def started_transports(runner: EventLoopThread, p2ps: list, topology) -> list[PeerTransport]:
+    """Client i on p2ps[i], connected to its topology neighbours' peers, listening."""
     transports = [
         PeerTransport(
             me=client,
@@ -52,12 +51,19 @@ def test_four_peers_on_a_ring_flood_like_the_simulator(peers) -> None:
             p2p=p2ps[client],
             runner=runner,
             clients=topology.n,
-            timeout=20,
+            timeout=30,
         )
         for client in range(topology.n)
     ]
     for transport in transports:
         transport.start()
+    return transports
+
+
+def test_four_peers_on_a_ring_flood_like_the_simulator(peers) -> None:
+    runner, p2ps = peers
+    topology = make_topology("ring", 4)
+    transports = started_transports(runner, p2ps, topology)
     states = [FloodState(c, topology.neighbors[c]) for c in range(topology.n)]
     simulated_states = [FloodState(c, topology.neighbors[c]) for c in range(topology.n)]
     simulated = SimulatedNetwork(topology.neighbors)

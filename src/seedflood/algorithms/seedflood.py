@@ -48,6 +48,21 @@ most this many messages: a correction costs a few gathers per input row and trai
 a few hundred of them stay well below the cost of the row's forward."""
 
 
+def message_updates(
+    messages: Sequence[Message], *, run_seed: int, lr: float, clients: int, weight: float = 1.0
+) -> list[Update]:
+    """Every client applies x ← x − (η/n)·g·u(seed) with g exactly as the codec carries it; the
+    simulator and real peers share this one formula, so their models agree bit for bit."""
+    return [
+        (
+            message_seed(run_seed, m.origin, m.step),
+            m.step,
+            -lr / clients * m.scalar * weight,
+        )
+        for m in messages
+    ]
+
+
 def origins(mask: int) -> Iterator[int]:
     """The set bits of ``mask``, lowest first."""
     while mask:
@@ -102,15 +117,9 @@ class SeedFlood:
         self.messages_made = 0
 
     def updates(self, messages: Sequence[Message], weight: float = 1.0) -> list[Update]:
-        """Every client applies x ← x − (η/n)·g·u(seed) with g exactly as the codec carries it."""
-        return [
-            (
-                message_seed(self.run_seed, m.origin, m.step),
-                m.step,
-                -self.lr / self.n * m.scalar * weight,
-            )
-            for m in messages
-        ]
+        return message_updates(
+            messages, run_seed=self.run_seed, lr=self.lr, clients=self.n, weight=weight
+        )
 
     def batch(self, client: int, step: int) -> list[TokenizedExample]:
         return sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
