@@ -1,4 +1,5 @@
-"""Real peers over hivemind end on the simulator's model bit for bit, and restart from their log."""
+"""Real peers over hivemind end on the simulator's model bit for bit, and restart from their
+snapshot and log, or from the log alone."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def test_four_peers_match_the_simulator_and_a_restart_replays_the_log(tiny, tmp_
             hops=topology.diameter,
             scalar_format=sim.scalar_format,
             run_seed=sim.run_seed,
+            snapshot_every=3,
         )
 
     try:
@@ -84,7 +86,13 @@ def test_four_peers_match_the_simulator_and_a_restart_replays_the_log(tiny, tmp_
             peer.log.close()
         restarted = make_peer(0, copy.deepcopy(initial), peers[0].transport)
         assert len(restarted.log) == ROUNDS * topology.n
+        # the snapshot after 3 steps, then the log's last step
+        assert restarted.replayed == topology.n
         assert restarted.state_hash() == expected and restarted.committed_step == ROUNDS - 1
+        (tmp_path / "peer0" / "snapshot.pt").unlink()
+        from_log_alone = make_peer(0, copy.deepcopy(initial), peers[0].transport)
+        assert from_log_alone.replayed == ROUNDS * topology.n
+        assert from_log_alone.state_hash() == expected
     finally:
         for p2p in p2ps:
             runner.run(p2p.shutdown())

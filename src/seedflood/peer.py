@@ -10,7 +10,10 @@ one-client-at-a-time estimates, hold bit-identical parameters: `state_hash` show
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -31,6 +34,21 @@ def state_hash(matrices: Sequence[torch.Tensor]) -> str:
     for tensor in matrices:
         digest.update(tensor.detach().contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def save_snapshot(path: Path, matrices: Sequence[torch.Tensor], logged: int) -> None:
+    """The trained matrices after the first ``logged`` log messages, written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 class Peer:
@@ -54,6 +72,7 @@ class Peer:
         hops: int,
         scalar_format: str,
         run_seed: int,
+        snapshot_every: int = 0,
     ) -> None:
         self.me, self.clients = me, clients
         self.model, self.direction = model, direction
@@ -64,19 +83,30 @@ class Peer:
         self.flood_state = FloodState(me, neighbors)
         self.pending: dict[int, dict[int, Message]] = {}
         self.committed_step = -1
-        self._replay(log.messages())
+        self.snapshot_every = snapshot_every
+        self.snapshot_path = log.path.with_name("snapshot.pt")
+        self.replayed = self._restore()
 
     def _apply(self, messages: Sequence[Message]) -> None:
         self.direction.apply(
             message_updates(messages, run_seed=self.run_seed, lr=self.lr, clients=self.clients)
         )
 
-    def _replay(self, messages: Sequence[Message]) -> None:
-        """Rebuild the committed model from the log: the log is the model."""
-        self._apply(messages)
-        if messages:
-            self.committed_step = messages[-1].step
+    def _restore(self) -> int:
+        """Rebuild the committed model: the latest snapshot, then the log after it (the log alone
+        is the model; snapshots bound the replay). Returns how many messages were replayed."""
+        start = 0
+        if self.snapshot_path.is_file():
+            snapshot = torch.load(self.snapshot_path)
+            for matrix, saved in zip(self.direction.matrices, snapshot["matrices"], strict=True):
+                matrix.copy_(saved)
+            start = snapshot["logged"]
+        tail = self.log.messages(start)
+        self._apply(tail)
+        if len(self.log):
+            self.committed_step = self.log.messages(len(self.log) - 1)[0].step
             self.flood_state.forget_before(self.committed_step + 1)
+        return len(tail)
 
     def run_round(self, round_index: int) -> float:
         """One step, ``hops`` lockstep flooding hops, commit; returns the step's mean loss."""
@@ -106,6 +136,8 @@ class Peer:
             self.committed_step = step
             self.flood_state.forget_before(step + 1)
         self.log.sync()
+        if self.snapshot_every and (self.committed_step + 1) % self.snapshot_every == 0:
+            save_snapshot(self.snapshot_path, self.direction.matrices, len(self.log))
 
     def state_hash(self) -> str:
         return state_hash(self.direction.matrices)
