@@ -10,8 +10,7 @@ one-client-at-a-time estimates, hold bit-identical parameters: `state_hash` show
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.seedflood import message_updates
 from seedflood.flooding import FloodState
 from seedflood.messages import Message, quantize
+from seedflood.metrics import atomic_write_bytes
 from seedflood.msglog import MessageLog
 from seedflood.network import Transport, flood
 from seedflood.scoring import TokenizedExample, loss_and_correct
@@ -38,17 +38,9 @@ def state_hash(matrices: Sequence[torch.Tensor]) -> str:
 
 def save_snapshot(path: Path, matrices: Sequence[torch.Tensor], logged: int) -> None:
     """The trained matrices after the first ``logged`` log messages, written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 class Peer:
