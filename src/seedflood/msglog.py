@@ -71,13 +71,15 @@ class MessageLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
         self._messages: list[Message] = []
+        data = self.path.read_bytes()
         valid_end = 0
-        for end, messages in _records(self.path.read_bytes(), self.path):
+        for end, messages in _records(data, self.path):
             self._messages += messages
             valid_end = end
-        with self.path.open("r+b") as file:
-            file.truncate(valid_end)
-            os.fsync(file.fileno())
+        if valid_end < len(data):
+            with self.path.open("r+b") as file:
+                file.truncate(valid_end)
+                os.fsync(file.fileno())
         self._synced = len(self._messages)
         self._file = self.path.open("ab")
 
@@ -100,8 +102,11 @@ class MessageLog:
             self.sync()
 
     def sync(self) -> None:
-        """Write and fsync everything appended so far."""
+        """Write and fsync everything appended so far (nothing, not even an fsync, if that is
+        nothing: peers call it every round)."""
         unsynced = self._messages[self._synced :]
+        if not unsynced:
+            return
         for start in range(0, len(unsynced), MAX_MESSAGES_PER_PACKET):
             payload = encode_packet(
                 unsynced[start : start + MAX_MESSAGES_PER_PACKET], self.scalar_format
@@ -114,6 +119,11 @@ class MessageLog:
     def messages(self, start: int = 0) -> list[Message]:
         """The committed messages from index ``start`` on, synced or not."""
         return self._messages[start:]
+
+    @property
+    def last(self) -> Message | None:
+        """The latest committed message, if any."""
+        return self._messages[-1] if self._messages else None
 
     @property
     def synced(self) -> int:

@@ -95,8 +95,8 @@ class Peer:
             start = snapshot["logged"]
         tail = self.log.messages(start)
         self._apply(tail)
-        if len(self.log):
-            self.committed_step = self.log.messages(len(self.log) - 1)[0].step
+        if self.log.last is not None:
+            self.committed_step = self.log.last.step
             self.flood_state.forget_before(self.committed_step + 1)
         return len(tail)
 
@@ -119,6 +119,7 @@ class Peer:
         return loss
 
     def _commit(self) -> None:
+        before = self.committed_step
         while len(self.pending.get(self.committed_step + 1, {})) == self.clients:
             step = self.committed_step + 1
             held = self.pending.pop(step)
@@ -128,7 +129,8 @@ class Peer:
             self.committed_step = step
             self.flood_state.forget_before(step + 1)
         self.log.sync()
-        if self.snapshot_every and (self.committed_step + 1) % self.snapshot_every == 0:
+        every = self.snapshot_every
+        if every and (self.committed_step + 1) // every > (before + 1) // every:
             save_snapshot(self.snapshot_path, self.direction.matrices, len(self.log))
 
     def state_hash(self) -> str:
