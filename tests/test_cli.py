@@ -12,22 +12,6 @@ from seedflood.cli import app
 from seedflood.messages import Message, encode_packet
 from seedflood.metrics import read_jsonl
 
-POSITIVE = ["a delight", "wonderful acting", "moving and funny", "a real gem"]
-NEGATIVE = ["a bore", "dreadful pacing", "flat and dull", "a total mess"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    (root / "sst2").mkdir()
-    for split, count in (("train", 120), ("validation", 40)):
-        rows = [
-            {"idx": i, "sentence": (POSITIVE if i % 2 else NEGATIVE)[i % 4], "label": i % 2}
-            for i in range(count)
-        ]
-        (root / "sst2" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root
-
 
 @pytest.fixture(scope="module")
 def ring_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:

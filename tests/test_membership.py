@@ -9,7 +9,7 @@ import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="membership tests need hivemind installed")
 
-from seedflood.membership import Membership, MembershipError  # noqa: E402
+from seedflood.membership import Member, Membership, MembershipError  # noqa: E402
 
 
 def test_peers_agree_on_the_ordered_membership_and_see_leavers_go() -> None:
@@ -22,11 +22,14 @@ def test_peers_agree_on_the_ordered_membership_and_see_leavers_go() -> None:
         for view in views:
             view.announce()
         Membership(stranger, "run-b", ttl=3.0).announce()
-        lists = [view.wait_for(3, timeout=20) for view in views]
-        assert all(members == lists[0] for members in lists)
-        assert [m.peer_id for m in lists[0]] == [v.me.peer_id for v in views]
-        with pytest.raises(MembershipError, match="3 of 4 peers announced themselves"):
-            views[0].wait_for(4, timeout=0.5)
+        lists = [view.initial(3, timeout=20) for view in views]
+        assert lists == [[v.me.peer_id for v in views]] * 3
+        views[2].announce(index=2, done=True)
+        assert views[0].members()[2] == Member(views[2].me.joined, views[2].me.peer_id, 2, True)
+        late = Membership(first, "run-a")
+        assert late.initial(5, timeout=0.5) == lists[0]  # published: nobody recounts
+        with pytest.raises(MembershipError, match="1 of 2 peers announced themselves"):
+            Membership(stranger, "run-b").initial(2, timeout=0.5)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             for view in views[:2]:

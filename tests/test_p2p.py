@@ -1,121 +1,82 @@
-"""Flooding over real hivemind peers delivers what the simulated network delivers, byte for byte."""
+"""Frames and links between real hivemind peers: pushes arrive, requests are answered, a peer
+that is gone is reported as such, and malformed frames are refused with the reason."""
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from seedflood.flooding import FloodState
-from seedflood.messages import Message
-from seedflood.network import SimulatedNetwork, flood
-from seedflood.topology import make_topology
-
 p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
 
-from seedflood.p2p import Envelope, EventLoopThread, PeerTransport, TransportError  # noqa: E402
+from seedflood.p2p import (  # noqa: E402
+    FLOOD_PROTOCOL,
+    SYNC_PROTOCOL,
+    EventLoopThread,
+    Frame,
+    Link,
+    TransportError,
+)
 
 
-@pytest.fixture(scope="module")
-def peers() -> Iterator[tuple[EventLoopThread, list]]:
+def test_frames_round_trip_and_reject_what_is_not_one() -> None:
+    frame = Frame({"since": 7, "carried": [[1, 2, [{"kind": "hash"}]]]}, b"\x10\x00packet")
+    assert Frame.decode(frame.encode()) == frame
+    assert Frame.decode(Frame({}).encode()) == Frame({}, b"")
+    with pytest.raises(TransportError, match="shorter than its length field"):
+        Frame.decode(b"\x01\x02")
+    with pytest.raises(TransportError, match="declares a 100-byte header but carries 2 bytes"):
+        Frame.decode(struct.pack("<I", 100) + b"{}")
+    with pytest.raises(TransportError, match="header is not JSON"):
+        Frame.decode(struct.pack("<I", 3) + b"{x}")
+    with pytest.raises(TransportError, match="must be a JSON object, not list"):
+        Frame.decode(struct.pack("<I", 2) + b"[]")
+
+
+@pytest.fixture()
+def links() -> Iterator[tuple[Link, Link, list[tuple[str, bytes]]]]:
     runner = EventLoopThread()
     first = runner.run(p2p_module.P2P.create())
-    bootstrap = runner.run(first.get_visible_maddrs())
-    rest = [runner.run(p2p_module.P2P.create(initial_peers=bootstrap)) for _ in range(3)]
-    yield runner, [first, *rest]
-    for p2p in [first, *rest]:
-        runner.run(p2p.shutdown())
+    second = runner.run(p2p_module.P2P.create(initial_peers=runner.run(first.get_visible_maddrs())))
+    pushed: list[tuple[str, bytes]] = []
+    arrived = threading.Event()
+
+    def on_push(caller: str, data: bytes) -> None:
+        pushed.append((caller, data))
+        arrived.set()
+
+    def on_request(caller: str, data: bytes) -> bytes:
+        return Frame({"echo": Frame.decode(data).header, "from": caller}).encode()
+
+    handlers = {FLOOD_PROTOCOL: on_push, SYNC_PROTOCOL: on_request}
+    a, b = (Link(p2p, runner, handlers, timeout=5.0) for p2p in (first, second))
+    a.start()
+    b.start()
+    a.arrived = arrived  # type: ignore[attr-defined]
+    yield a, b, pushed
+    runner.run(second.shutdown())
+    runner.run(first.shutdown())
     runner.stop()
 
 
-def round_messages(round_index: int, n: int) -> list[Message]:
-    return [Message(round_index, origin, origin + round_index / 4) for origin in range(n)]
+def test_pushes_arrive_and_requests_are_answered(links) -> None:
+    a, b, pushed = links
+    data = Frame({"n": 1}, b"body").encode()
+    assert a.push({b.peer_id: data}) == {b.peer_id}
+    assert a.arrived.wait(10)
+    assert pushed == [(a.peer_id, data)]
+    reply = b.request(a.peer_id, SYNC_PROTOCOL, Frame({"since": 3}).encode())
+    assert Frame.decode(reply).header == {"echo": {"since": 3}, "from": b.peer_id}
+    assert a.counters.sent[FLOOD_PROTOCOL] == len(data)
+    assert b.counters.received[FLOOD_PROTOCOL] == len(data)
+    assert b.counters.received[SYNC_PROTOCOL] == len(reply)
 
 
-def test_envelopes_round_trip_and_reject_bad_lengths() -> None:
-    envelope = Envelope(7, 3, b"\x10\x00packet")
-    assert Envelope.decode(envelope.encode()) == envelope
-    with pytest.raises(TransportError, match="shorter than its header"):
-        Envelope.decode(b"\x01\x02")
-    with pytest.raises(TransportError, match="declares a 8-byte packet but carries 6"):
-        Envelope.decode(envelope.encode()[:-2])
-
-
-def started_transports(runner: EventLoopThread, p2ps: list, topology) -> list[PeerTransport]:
-    """Client i on p2ps[i], connected to its topology neighbours' peers, listening."""
-    transports = [
-        PeerTransport(
-            me=client,
-            neighbor_peers={n: p2ps[n].peer_id for n in topology.neighbors[client]},
-            p2p=p2ps[client],
-            runner=runner,
-            clients=topology.n,
-            timeout=30,
-        )
-        for client in range(topology.n)
-    ]
-    for transport in transports:
-        transport.start()
-    return transports
-
-
-def test_four_peers_on_a_ring_flood_like_the_simulator(peers) -> None:
-    runner, p2ps = peers
-    topology = make_topology("ring", 4)
-    transports = started_transports(runner, p2ps, topology)
-    states = [FloodState(c, topology.neighbors[c]) for c in range(topology.n)]
-    simulated_states = [FloodState(c, topology.neighbors[c]) for c in range(topology.n)]
-    simulated = SimulatedNetwork(topology.neighbors)
-    received: list[list[Message]] = [[] for _ in range(topology.n)]
-
-    def peer_round(client: int, round_index: int) -> None:
-        received[client] += flood([states[client]], transports[client], topology.diameter)[0]
-
-    for round_index in range(3):
-        for message in round_messages(round_index, topology.n):
-            states[message.origin].originate(message)
-            simulated_states[message.origin].originate(message)
-        threads = [
-            threading.Thread(target=peer_round, args=(c, round_index)) for c in range(topology.n)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        flood(simulated_states, simulated, topology.diameter)
-    for client in range(topology.n):
-        expected = [
-            m for r in range(3) for m in round_messages(r, topology.n) if m.origin != client
-        ]
-        assert sorted(received[client]) == sorted(expected)
-        assert transports[client].missing == []
-        for (sender, receiver), edge in transports[client].counter.traffic.items():
-            assert edge == simulated.traffic[(sender, receiver)]
-
-
-def test_silent_and_vanished_neighbours_are_reported_not_waited_for(peers) -> None:
-    runner, _ = peers
-    first = runner.run(p2p_module.P2P.create())
-    second = runner.run(p2p_module.P2P.create(initial_peers=runner.run(first.get_visible_maddrs())))
-
-    def transport(me: int, p2p, other) -> PeerTransport:
-        made = PeerTransport(
-            me=me,
-            neighbor_peers={1 - me: other.peer_id},
-            p2p=p2p,
-            runner=runner,
-            clients=2,
-            timeout=0.5,
-        )
-        made.start()
-        return made
-
-    talker = transport(0, first, second)
-    transport(1, second, first)  # listens, never hops
-    assert talker.hop({0: {1: [Message(0, 0, 1.0)]}}) == {}
-    assert talker.missing == [(0, 1)] and talker.unreachable == []
-    runner.run(second.shutdown())
-    assert talker.hop({}) == {}
-    assert talker.missing == [(0, 1), (1, 1)] and talker.unreachable == [(1, 1)]
-    runner.run(first.shutdown())
+def test_a_peer_that_is_gone_is_reported_not_raised(links) -> None:
+    a, b, _ = links
+    gone = "QmbLr7Yva3LcNZq17Xx1ZDkiuXKjKgCt6xKMfMA6UMWVET"
+    a.timeout = 1.0
+    assert a.push({gone: b"x", b.peer_id: Frame({}).encode()}) == {b.peer_id}
+    assert a.request(gone, SYNC_PROTOCOL, Frame({}).encode()) is None

@@ -1,27 +1,20 @@
-"""Real peers over hivemind end on the simulator's model bit for bit, and restart from their
-snapshot and log, or from the log alone."""
+"""Peer states handing messages to each other in one process: they end on the simulator's model
+bit for bit, restart from their logs, admit a late joiner, survive a departure, and report a
+divergence when there is one."""
 
 from __future__ import annotations
 
 import copy
-import threading
 from pathlib import Path
 
 import pytest
-from test_p2p import started_transports
 from test_seedflood import make_seedflood
 
+from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.models import load_model
-from seedflood.msglog import MessageLog
+from seedflood.peer import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
-
-p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
-
-from seedflood.p2p import EventLoopThread  # noqa: E402
-from seedflood.peer import Peer, state_hash  # noqa: E402
-
-ROUNDS = 4
 
 
 @pytest.fixture(scope="module")
@@ -29,71 +22,179 @@ def tiny():
     return load_model("tiny", seed=0)
 
 
-def test_four_peers_match_the_simulator_and_a_restart_replays_the_log(tiny, tmp_path: Path) -> None:
-    topology = make_topology("ring", 4)
-    sim = make_seedflood(tiny, topology, hops=topology.diameter)
-    initial = copy.deepcopy(sim.model)
-    runner = EventLoopThread()
-    first = runner.run(p2p_module.P2P.create())
-    bootstrap = runner.run(first.get_visible_maddrs())
-    p2ps = [first, *(runner.run(p2p_module.P2P.create(initial_peers=bootstrap)) for _ in range(3))]
+class Cluster:
+    """Peer states of one run; `deliver` hands a peer's new messages to every other peer, as
+    flooding with hops = diameter does."""
 
-    def make_peer(client: int, model, transport) -> Peer:
-        return Peer(
-            me=client,
-            clients=topology.n,
-            neighbors=topology.neighbors[client],
+    def __init__(self, sim: SeedFlood, root: Path, *, clients: int, **kw) -> None:
+        self.sim, self.root, self.kw = sim, root, kw
+        self.initial = copy.deepcopy(sim.model)
+        self.members = Members.initial([f"peer-{i}" for i in range(clients)])
+        self.states = {i: self.make(i) for i in range(clients)}
+
+    def make(self, index: int, members: Members | None = None) -> PeerState:
+        model = copy.deepcopy(self.initial)
+        return PeerState(
+            me=index,
+            members=copy.deepcopy(members or self.members),
             model=model,
             direction=make_direction("subcge", model, rank=8, refresh=3, run_seed=11),
-            shard=sim.shards[client],
-            pad_id=sim.pad_id,
-            transport=transport,
-            log=MessageLog(tmp_path / f"peer{client}" / "messages.log", sync_every=1000),
-            lr=sim.lr,
-            eps=sim.eps,
-            batch_size=sim.batch_size,
-            hops=topology.diameter,
-            scalar_format=sim.scalar_format,
-            run_seed=sim.run_seed,
-            snapshot_every=3,
+            shard=self.sim.shards[index % self.sim.n],
+            pad_id=self.sim.pad_id,
+            state_dir=self.root / f"peer{index}",
+            clients=self.sim.n,
+            lr=self.sim.lr,
+            eps=self.sim.eps,
+            batch_size=self.sim.batch_size,
+            local_steps=self.sim.local_steps,
+            scalar_format=self.sim.scalar_format,
+            run_seed=self.sim.run_seed,
+            **{"staleness": 0, "hash_every": 2, "snapshot_every": 4, **self.kw},
         )
 
-    try:
-        peers = [
-            make_peer(client, copy.deepcopy(initial), transport)
-            for client, transport in enumerate(started_transports(runner, p2ps, topology))
-        ]
+    def round(self, round_index: int, who: list[int] | None = None) -> None:
+        for index in who if who is not None else sorted(self.states):
+            sender = self.states[index]
+            messages, _ = sender.originate(round_index)
+            self.deliver(index, messages)
+        for state in self.states.values():
+            state.commit()
 
-        def run(peer: Peer) -> None:
-            for round_index in range(ROUNDS):
-                peer.run_round(round_index)
+    def deliver(self, index: int, messages) -> None:
+        sender = self.states[index]
+        carried = {m.key: sender.carried[m.key] for m in messages if m.key in sender.carried}
+        for other, state in self.states.items():
+            if other != index:
+                state.receive(messages, carried)
 
-        threads = [threading.Thread(target=run, args=(peer,)) for peer in peers]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for round_index in range(ROUNDS):
-            sim.run_round(round_index)
-        expected = state_hash(sim.direction.matrices)
-        assert (
-            state_hash(make_direction("subcge", initial, rank=8, refresh=3, run_seed=11).matrices)
-            != expected
+    def hashes(self) -> list[str]:
+        return [state.state_hash() for state in self.states.values()]
+
+
+def test_peers_match_the_simulator_and_restart_from_their_logs(tiny, tmp_path: Path) -> None:
+    topology = make_topology("ring", 4)
+    sim = make_seedflood(tiny, topology, hops=topology.diameter, local_steps=2)
+    cluster = Cluster(sim, tmp_path, clients=4)
+    for round_index in range(5):
+        cluster.round(round_index)
+        sim.run_round(round_index)
+    expected = state_hash(sim.direction.matrices)
+    assert (
+        state_hash(
+            make_direction("subcge", cluster.initial, rank=8, refresh=3, run_seed=11).matrices
         )
-        assert [peer.state_hash() for peer in peers] == [expected] * topology.n
-        assert all(peer.committed_step == ROUNDS - 1 for peer in peers)
-        for peer in peers:
-            peer.log.close()
-        restarted = make_peer(0, copy.deepcopy(initial), peers[0].transport)
-        assert len(restarted.log) == ROUNDS * topology.n
-        # the snapshot after 3 steps, then the log's last step
-        assert restarted.replayed == topology.n
-        assert restarted.state_hash() == expected and restarted.committed_step == ROUNDS - 1
-        (tmp_path / "peer0" / "snapshot.pt").unlink()
-        from_log_alone = make_peer(0, copy.deepcopy(initial), peers[0].transport)
-        assert from_log_alone.replayed == ROUNDS * topology.n
-        assert from_log_alone.state_hash() == expected
-    finally:
-        for p2p in p2ps:
-            runner.run(p2p.shutdown())
-        runner.stop()
+        != expected
+    )
+    assert cluster.hashes() == [expected] * 4
+    states = list(cluster.states.values())
+    assert all(s.committed_step == 9 and not s.pending and not s.divergences for s in states)
+    # hashes ride on messages every 2 rounds, and every peer checked the others' claims
+    assert sorted(states[0].hashes) == [3, 7]
+    for state in states:
+        state.log.close()
+    restarted = cluster.make(0)
+    # the snapshot after 8 steps, then the log's last 2 steps of 4 messages
+    assert restarted.replayed == 8
+    assert restarted.state_hash() == expected and restarted.committed_step == 9
+    (tmp_path / "peer0" / "snapshot.pt").unlink()
+    from_log_alone = cluster.make(0)
+    assert from_log_alone.replayed == 40 and from_log_alone.state_hash() == expected
+    assert from_log_alone.own_rounds_done() == 5
+
+
+def catch_up(joiner: PeerState, sponsor: PeerState) -> None:
+    """What a joining or restarted peer does first: take the sponsor's members and every message
+    it has beyond this peer's committed prefix, then commit."""
+    joiner.learn(sponsor.members)
+    joiner.receive(*sponsor.held_since(joiner.committed_step + 1))
+    joiner.commit()
+
+
+def test_a_late_joiner_catches_up_by_replay_and_trains_with_the_others(
+    tiny, tmp_path: Path
+) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 3), hops=1)
+    cluster = Cluster(sim, tmp_path, clients=3)
+    for round_index in range(3):
+        cluster.round(round_index)
+    sponsor = cluster.states[0]
+    assert sponsor.admit("peer-new") == 3
+    assert sponsor.admit("peer-new") == 3  # asking twice: one seat
+    cluster.round(3, who=[0, 1, 2])  # the sponsor's round-3 message carries the admission
+    first_step = 3 + ADMISSION_DELAY_ROUNDS
+    assert sponsor.members.seats[3].first_step == first_step
+    joiner = cluster.make(3, members=Members({}))
+    catch_up(joiner, sponsor)
+    assert joiner.committed_step == 3 and joiner.state_hash() == sponsor.state_hash()
+    cluster.states[3] = joiner
+    assert all(s.members.expected(first_step) == [0, 1, 2, 3] for s in cluster.states.values())
+    cluster.round(4, who=[0, 1, 2])
+    assert joiner.own_rounds_done() == 0
+    for round_index in range(5, 8):
+        cluster.round(round_index)
+    states = list(cluster.states.values())
+    assert all(s.committed_step == 7 and not s.divergences for s in states)
+    assert len(set(cluster.hashes())) == 1
+    assert all(s.committed == sponsor.committed for s in states)
+    assert [m.origin for m in sponsor.committed if m.step == 7] == [0, 1, 2, 3]
+
+
+def test_a_departed_peer_is_declared_gone_and_the_rest_agree(tiny, tmp_path: Path) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 4), hops=1)
+    cluster = Cluster(sim, tmp_path, clients=4)
+    for round_index in range(3):
+        cluster.round(round_index)
+    cluster.round(3, who=[0, 1, 2])  # client 3 crashed before making step 3
+    assert all(s.missing() == [3] for i, s in cluster.states.items() if i != 3)
+    gone_from = cluster.states[0].last_step_of(3) + 1
+    assert gone_from == 3
+    del cluster.states[3]
+    for state in cluster.states.values():
+        assert state.depart(3, gone_from)
+        assert not state.depart(3, gone_from)  # news only once
+        state.commit()
+    for round_index in range(4, 6):
+        cluster.round(round_index)
+    states = list(cluster.states.values())
+    assert all(s.committed_step == 5 and not s.divergences for s in states)
+    assert len(set(cluster.hashes())) == 1
+    assert [m.origin for m in states[0].committed if m.step >= 3] == [0, 1, 2] * 3
+    # a peer that had committed a message of client 3 past the declared step says so
+    late = states[1]
+    late.depart(0, 4)
+    assert late.divergences == [
+        "client 0 was declared gone from step 4, but this peer already committed its message of "
+        "step 4"
+    ]
+
+
+def test_a_tampered_model_is_reported_through_the_hash_claims(tiny, tmp_path: Path) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 3), hops=1)
+    reports: list[str] = []
+    cluster = Cluster(sim, tmp_path, clients=3, on_divergence=reports.append)
+    cluster.round(0)
+    cluster.states[2].direction.matrices[0].data[0, 0] += 1.0
+    for round_index in range(1, 4):
+        cluster.round(round_index)
+    assert reports and all("after step 1" in text or "after step 3" in text for text in reports)
+    assert any(text.startswith("client 2 committed state") for text in reports)
+    assert cluster.states[2].divergences and cluster.states[0].divergences
+
+
+def test_with_staleness_peers_run_ahead_and_still_commit_the_same_model(
+    tiny, tmp_path: Path
+) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 3), hops=1)
+    cluster = Cluster(sim, tmp_path, clients=3, staleness=1)
+    states = cluster.states
+    assert states[0].ready_for(1) and not states[0].ready_for(2)
+    for round_index in range(2):  # round 1 starts before round 0 is committed
+        for index, state in states.items():
+            cluster.deliver(index, state.originate(round_index)[0])
+    assert all(s.committed_step == -1 for s in states.values())
+    for state in states.values():
+        state.commit()
+    for round_index in range(2, 5):
+        cluster.round(round_index)
+    assert all(s.committed_step == 4 for s in states.values())
+    assert len(set(cluster.hashes())) == 1

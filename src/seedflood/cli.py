@@ -93,6 +93,126 @@ def run(
     )
 
 
+def _config(config_file: Path, set_: list[str] | None) -> Any:
+    try:
+        return load_config(config_file, set_ or [])
+    except ConfigError as error:
+        raise _fail(error) from None
+
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a config key: key=value")
+]
+
+
+@app.command()
+def peer(
+    config_file: Annotated[Path, typer.Argument(help="YAML run config (method seedflood)")],
+    run_id: Annotated[str, typer.Option(help="The run's name; every peer of a run uses it")],
+    initial_peers: Annotated[
+        list[str] | None,
+        typer.Option("--initial-peers", help="Multiaddr of a running peer (repeatable)"),
+    ] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Log, snapshots and identity; reuse it to restart")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Where results.json goes")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: all)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free)")] = 0,
+    pace: Annotated[float, typer.Option(help="At least this many seconds per round")] = 0.0,
+    evaluate: Annotated[bool, typer.Option(help="Test accuracy of the final model")] = True,
+    set_: SetOption = None,
+) -> None:
+    """One SeedFlood client in this process, training with the run's other peers."""
+    from seedflood.node import PeerError, PeerOptions, run_peer
+
+    config = _config(config_file, set_)
+    options = PeerOptions(
+        run_id=run_id,
+        state_dir=state_dir or Path("peers") / run_id / "state",
+        out_dir=out or Path("results") / run_id,
+        initial_peers=initial_peers or [],
+        host=host,
+        port=port,
+        pace=pace,
+        evaluate=evaluate,
+    )
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    def show(done: int, record: dict[str, Any]) -> None:
+        if done % 10 == 0 or done == config.rounds:
+            say(
+                f"round {done}/{config.rounds}: loss {record['train_loss']:.4f}, "
+                f"committed step {record['committed_step']}"
+            )
+
+    try:
+        results = run_peer(config, options, say=say, progress=show)
+    except (*USER_ERRORS, PeerError) as error:
+        raise _fail(error) from None
+    say(
+        f"client {results['client']}: committed {results['committed_step'] + 1} steps, "
+        f"state {results['state_hash'][:16]}, {results['bytes_per_edge_max']:,.0f} bytes on its "
+        f"busiest edge; results in {options.out_dir}/results.json"
+    )
+    for text in results["divergences"]:
+        console.print(f"[bold red]divergence:[/] {text}")
+
+
+@app.command()
+def launch(
+    config_file: Annotated[Path, typer.Argument(help="YAML run config (method seedflood)")],
+    peers: Annotated[
+        int | None, typer.Option(help="Peer processes to start (default: clients)")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Results directory")] = None,
+    run_id: Annotated[str | None, typer.Option(help="The run's name (default: out's name)")] = None,
+    pace: Annotated[float, typer.Option(help="At least this many seconds per round")] = 0.0,
+    set_: SetOption = None,
+) -> None:
+    """Start real peers as local processes, wait for them, and merge their results."""
+    from seedflood.launch import LaunchError
+    from seedflood.launch import launch as launch_peers
+
+    config = _config(config_file, set_)
+    count = peers or config.clients
+    if count != config.clients:
+        set_ = [*(set_ or []), f"clients={count}"]
+    out_dir = out or Path("results") / f"{config_file.stem}-peers"
+    with _progress("[bold]round") as bar:
+        task = bar.add_task("rounds", total=config.rounds, status=f"starting {count} peers")
+
+        def show(statuses: list[dict[str, Any]]) -> None:
+            rounds = [s.get("round", 0) for s in statuses]
+            bar.update(
+                task, completed=min(rounds), status=f"peers at rounds {min(rounds)}–{max(rounds)}"
+            )
+
+        try:
+            results = launch_peers(
+                config_file,
+                peers=count,
+                out_dir=out_dir,
+                run_id=run_id or out_dir.name,
+                overrides=set_ or [],
+                pace=pace,
+                show=show,
+            )
+        except LaunchError as error:
+            raise _fail(error) from None
+    agreed = "all equal" if results["consensus"] else "[bold red]NOT equal[/]"
+    console.print(
+        f"{count} peers: committed-state hashes {agreed} ({results['state_hash'][:16]}), "
+        f"{results['bytes_per_edge_max']:,.0f} bytes on the busiest edge, "
+        f"test accuracy {results.get('accuracy', float('nan')):.4f}"
+    )
+    console.print(
+        f"results in {out_dir}/results.json; plots and tables: seedflood report {out_dir}"
+    )
+
+
 @app.command()
 def compare(
     grid_file: Annotated[Path, typer.Argument(help="YAML grid: variants × swept keys")],

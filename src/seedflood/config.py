@@ -58,6 +58,9 @@ class RunConfig(BaseModel):
     hops: int | None = Field(None, ge=1)
     scalar_format: Literal["fp32", "fp16", "bf16"] = "fp32"
     batched_forward: bool = True
+    staleness: int = Field(0, ge=0)
+    hash_every: int = Field(10, ge=1)
+    snapshot_every: int = Field(100, ge=1)
 
     lora: bool = False
     lora_rank: int = Field(8, ge=1)

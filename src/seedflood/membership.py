@@ -1,10 +1,11 @@
 """Who takes part in a run: peers announce themselves in hivemind's DHT under the run id.
 
 Every peer stores a record under the key ``seedflood/<run id>/members``, its peer id as subkey,
-with the time it joined, and renews it before it expires. A peer that stops renewing (it left or
-crashed) drops out after ``ttl`` seconds. Every peer orders the live records the same way, by
-(joined, peer id), so all agree on the membership list, and a client's index is its position: the
-topology is built over that list. Late joiners sort last, so indices of earlier peers stay put.
+with the time it joined, its client index (-1 until it has one) and whether it has finished, and
+renews it before it expires. A peer that stops renewing (it left or crashed) drops out after
+``ttl`` seconds. Every peer orders the live records the same way, by (joined, peer id): the first
+``clients`` peers of a run are its initial members, in that order, and that list is published
+under ``seedflood/<run id>/initial`` so a peer that looks later reads it instead of guessing.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ class MembershipError(RuntimeError):
 class Member:
     joined: float
     peer_id: str
+    index: int = -1
+    done: bool = False
 
 
 class Membership:
     """This peer's announcement and its view of everyone else's, for one run."""
 
-    def __init__(self, dht: Any, run_id: str, ttl: float = 30.0) -> None:
+    def __init__(
+        self, dht: Any, run_id: str, ttl: float = 30.0, joined: float | None = None
+    ) -> None:
         if not run_id or "/" in run_id:
             raise ValueError(f"run id must be a non-empty name without '/'; got {run_id!r}")
         if ttl <= 0:
@@ -37,19 +42,28 @@ class Membership:
         self._now = get_dht_time
         self.dht = dht
         self.key = f"seedflood/{run_id}/members"
+        self.initial_key = f"seedflood/{run_id}/initial"
         self.ttl = ttl
-        self.me = Member(self._now(), dht.peer_id.to_base58())
+        self.me = Member(self._now() if joined is None else joined, dht.peer_id.to_base58())
+        self.initial_ids: list[str] = []
 
-    def announce(self) -> None:
-        """Store (or renew) this peer's record; call it more often than every ``ttl`` seconds."""
+    def announce(self, index: int = -1, done: bool = False) -> bool:
+        """Store (or renew) this peer's record; call it more often than every ``ttl`` seconds.
+        Whether a DHT node took it: none may while the network is still forming or already
+        gone, and the next renewal tries again."""
         stored = self.dht.store(
             self.key,
-            self.me.joined,
+            [self.me.joined, index, done],
             expiration_time=self._now() + self.ttl,
             subkey=self.me.peer_id,
         )
-        if not stored:
-            raise MembershipError(f"the DHT refused this peer's record under {self.key}")
+        if stored and self.initial_ids:
+            self._publish_initial()
+        return bool(stored)
+
+    def _publish_initial(self) -> None:
+        """Every peer that knows the initial list keeps it alive, as it does its own record."""
+        self.dht.store(self.initial_key, self.initial_ids, expiration_time=self._now() + self.ttl)
 
     def members(self) -> list[Member]:
         """The live members, in the order every peer agrees on."""
@@ -58,20 +72,34 @@ class Membership:
             return []
         live = []
         for peer_id, record in found.value.items():
-            if isinstance(peer_id, str) and isinstance(record.value, (int, float)):
-                live.append(Member(float(record.value), peer_id))
+            value = record.value
+            if (
+                isinstance(peer_id, str)
+                and isinstance(value, list)
+                and len(value) == 3
+                and isinstance(value[0], (int, float))
+                and isinstance(value[1], int)
+            ):
+                live.append(Member(float(value[0]), peer_id, value[1], bool(value[2])))
         return sorted(live)
 
-    def wait_for(self, count: int, timeout: float, poll: float = 0.2) -> list[Member]:
-        """Block until at least ``count`` members are live, then return them."""
+    def initial(self, clients: int, timeout: float, poll: float = 0.2) -> list[str]:
+        """The run's initial members' peer ids, in client order: the published list, or else
+        the first ``clients`` peers to announce themselves, which this call then publishes."""
         deadline = time.monotonic() + timeout
         while True:
+            found = self.dht.get(self.initial_key, latest=True)
+            if found is not None and isinstance(found.value, list):
+                self.initial_ids = [str(peer_id) for peer_id in found.value]
+                return self.initial_ids
             live = self.members()
-            if len(live) >= count:
-                return live
+            if len(live) >= clients:
+                self.initial_ids = [m.peer_id for m in live[:clients]]
+                self._publish_initial()
+                return self.initial_ids
             if time.monotonic() > deadline:
                 raise MembershipError(
-                    f"{len(live)} of {count} peers announced themselves under {self.key} within "
-                    f"{timeout:g} s"
+                    f"{len(live)} of {clients} peers announced themselves under {self.key} "
+                    f"within {timeout:g} s"
                 )
             time.sleep(poll)

@@ -59,31 +59,34 @@ class TrafficCounter:
         edge.header_bytes += header_bytes
 
     def summary(self) -> dict[str, float]:
-        """Traffic totals. "Per edge" means per undirected edge with both directions added, the
-        paper's "total communication per edge"; max and mean run over the graph's edges."""
-        pairs = [
-            (edge, self.traffic[(receiver, sender)])
-            for (sender, receiver), edge in self.traffic.items()
-            if sender < receiver
-        ]
+        return edge_summary(self.traffic)
 
-        def per_edge(field: str) -> list[int]:
-            get = operator.attrgetter(field)
-            return [get(forward) + get(backward) for forward, backward in pairs]
 
-        def mean(values: list[int]) -> float:
-            return sum(values) / len(values) if values else 0.0
+def edge_summary(traffic: Mapping[tuple[int, int], EdgeTraffic]) -> dict[str, float]:
+    """Traffic totals. "Per edge" means per undirected edge with both directions added, the
+    paper's "total communication per edge"; max and mean run over the graph's edges. Real peers
+    count their own sending side, so merging their directed edges gives the same figures."""
+    empty = EdgeTraffic()
+    undirected = sorted({(min(s, r), max(s, r)) for s, r in traffic})
+    pairs = [(traffic.get((a, b), empty), traffic.get((b, a), empty)) for a, b in undirected]
 
-        byte_counts, message_counts = per_edge("bytes"), per_edge("messages")
-        return {
-            "bytes_per_edge_max": float(max(byte_counts, default=0)),
-            "bytes_per_edge_mean": mean(byte_counts),
-            "messages_per_edge_max": float(max(message_counts, default=0)),
-            "messages_per_edge_mean": mean(message_counts),
-            "header_bytes_per_edge_max": float(max(per_edge("header_bytes"), default=0)),
-            "packets_total": float(sum(edge.packets for edge in self.traffic.values())),
-            "bytes_total": float(sum(edge.bytes for edge in self.traffic.values())),
-        }
+    def per_edge(field: str) -> list[int]:
+        get = operator.attrgetter(field)
+        return [get(forward) + get(backward) for forward, backward in pairs]
+
+    def mean(values: list[int]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    byte_counts, message_counts = per_edge("bytes"), per_edge("messages")
+    return {
+        "bytes_per_edge_max": float(max(byte_counts, default=0)),
+        "bytes_per_edge_mean": mean(byte_counts),
+        "messages_per_edge_max": float(max(message_counts, default=0)),
+        "messages_per_edge_mean": mean(message_counts),
+        "header_bytes_per_edge_max": float(max(per_edge("header_bytes"), default=0)),
+        "packets_total": float(sum(edge.packets for edge in traffic.values())),
+        "bytes_total": float(sum(edge.bytes for edge in traffic.values())),
+    }
 
 
 class SimulatedNetwork:

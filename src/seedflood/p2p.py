@@ -1,60 +1,69 @@
-"""Flood packets between real peers over hivemind (libp2p; its p2pd daemon ships in the wheel).
+"""Talking to other peers over hivemind (libp2p; its p2pd daemon ships in the wheel).
 
-`PeerTransport` is the transport of one peer hosting one client: the same `hop` as the simulated
-network, so `flood` and the flooding protocol run unchanged. Peers advance in lockstep: every peer
-runs every hop and sends each neighbour exactly one envelope per hop, empty when it owes nothing,
-so a receiver knows a hop is complete as soon as every neighbour's envelope is in, and waits the
-timeout only for a neighbour that is slow or gone (that neighbour is then reported missing).
+A `Link` is one peer's end: it serves a few protocols, each a function from (caller's peer id,
+request bytes) to reply bytes, and it sends one-way pushes and request/reply calls to other peers
+by peer id. Flooding is a push of new messages to the neighbours; catching up after a crash or a
+join, and repairing a lost push, are requests for everything held since a step.
 
-hivemind is asynchronous and training is not: the transport runs hivemind's event loop in a
-daemon thread and the training thread waits on it.
+Every payload is a `Frame`: a small JSON header (who sends, what rides along) and a binary body,
+the codec packet of the messages. hivemind is asynchronous and training is not: the link runs
+hivemind's event loop in a daemon thread, and serves requests in worker threads so a handler may
+wait for the training thread without stalling the network.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from seedflood.messages import CodecError, Message, decode_packet, encode_packet
-from seedflood.network import SCALAR_BYTES, Deliveries, TrafficCounter
-
-FLOOD_PROTOCOL = "seedflood/flood/1"
-_HEADER = struct.Struct("<QII")
-MAX_ENVELOPE_BYTES = 64 << 20
+FLOOD_PROTOCOL = "seedflood/flood/2"
+SYNC_PROTOCOL = "seedflood/sync/2"
+JOIN_PROTOCOL = "seedflood/join/1"
+MAX_FRAME_BYTES = 256 << 20
+MAX_HEADER_BYTES = 16 << 20
+_LENGTH = struct.Struct("<I")
 T = TypeVar("T")
+Handler = Callable[[str, bytes], bytes | None]
 
 
 class TransportError(RuntimeError):
-    """A neighbour that did not deliver, or an envelope that is not one."""
+    """A frame that is not one, or a peer that did not answer."""
 
 
 @dataclass(frozen=True)
-class Envelope:
-    """One hop's packet from one client to a neighbour: (hop sequence number, sender) and the
-    codec packet, empty when the sender owes this neighbour nothing."""
+class Frame:
+    """A JSON header and a binary body (a codec packet, or empty)."""
 
-    sequence: int
-    sender: int
-    packet: bytes
+    header: dict[str, Any]
+    body: bytes = b""
 
     def encode(self) -> bytes:
-        return _HEADER.pack(self.sequence, self.sender, len(self.packet)) + self.packet
+        header = json.dumps(self.header, separators=(",", ":")).encode()
+        return _LENGTH.pack(len(header)) + header + self.body
 
     @classmethod
-    def decode(cls, data: bytes) -> Envelope:
-        if len(data) < _HEADER.size:
-            raise TransportError(f"envelope of {len(data)} bytes is shorter than its header")
-        sequence, sender, size = _HEADER.unpack_from(data)
-        if size != len(data) - _HEADER.size:
+    def decode(cls, data: bytes) -> Frame:
+        if len(data) < _LENGTH.size:
+            raise TransportError(f"frame of {len(data)} bytes is shorter than its length field")
+        (size,) = _LENGTH.unpack_from(data)
+        if size > min(MAX_HEADER_BYTES, len(data) - _LENGTH.size):
             raise TransportError(
-                f"envelope declares a {size}-byte packet but carries {len(data) - _HEADER.size}"
+                f"frame declares a {size}-byte header but carries {len(data) - _LENGTH.size} "
+                f"bytes (at most {MAX_HEADER_BYTES} allowed)"
             )
-        return cls(sequence, sender, data[_HEADER.size :])
+        try:
+            header = json.loads(data[_LENGTH.size : _LENGTH.size + size])
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TransportError(f"frame header is not JSON: {exc}") from None
+        if not isinstance(header, dict):
+            raise TransportError(f"frame header must be a JSON object, not {type(header).__name__}")
+        return cls(header, data[_LENGTH.size + size :])
 
 
 class EventLoopThread:
@@ -74,121 +83,102 @@ class EventLoopThread:
         self._thread.join(timeout=5)
 
 
-class PeerTransport:
-    """The flood transport of one peer: sends this client's packets to its neighbours' peers and
-    collects theirs, one hop at a time, counting bytes on its outgoing edges."""
+@dataclass
+class LinkCounters:
+    """Bytes this peer moved, by protocol and direction."""
 
-    hosts_everyone = False
+    sent: dict[str, int] = field(default_factory=dict)
+    received: dict[str, int] = field(default_factory=dict)
+
+    def add(self, table: dict[str, int], protocol: str, size: int) -> None:
+        table[protocol] = table.get(protocol, 0) + size
+
+
+class Link:
+    """One peer's end of the network: serves ``handlers`` (protocol → function) and calls
+    others'. A peer that is gone is not an error here: calls report it by returning False or
+    None, and the membership layer decides what the absence means."""
 
     def __init__(
-        self,
-        *,
-        me: int,
-        neighbor_peers: Mapping[int, Any],
-        p2p: Any,
-        runner: EventLoopThread,
-        scalar_format: str = "fp32",
-        timeout: float = 30.0,
-        clients: int,
+        self, p2p: Any, runner: EventLoopThread, handlers: Mapping[str, Handler], timeout: float
     ) -> None:
-        self.me = me
-        self.neighbor_peers = dict(neighbor_peers)
-        self.p2p = p2p
-        self.runner = runner
-        self.scalar_format = scalar_format
+        from hivemind.p2p import PeerID
+
+        self._peer_id = PeerID.from_base58
+        self.p2p, self.runner = p2p, runner
+        self.handlers = dict(handlers)
         self.timeout = timeout
-        self.sequence = 0
-        self.missing: list[tuple[int, int]] = []
-        self.unreachable: list[tuple[int, int]] = []
-        rows: list[Sequence[int]] = [() for _ in range(clients)]
-        rows[me] = sorted(self.neighbor_peers)
-        for neighbor in self.neighbor_peers:
-            rows[neighbor] = (me,)
-        self.counter = TrafficCounter(rows)
-        self._inbox: dict[int, dict[int, bytes]] = {}
-        self._arrived = threading.Condition()
-        self._senders = {str(peer): client for client, peer in self.neighbor_peers.items()}
+        self.counters = LinkCounters()
+        self._lock = threading.Lock()
+
+    @property
+    def peer_id(self) -> str:
+        return self.p2p.peer_id.to_base58()
 
     def start(self) -> None:
-        self.runner.run(self.p2p.add_binary_stream_handler(FLOOD_PROTOCOL, self._handle))
+        for protocol in self.handlers:
+            self.runner.run(self.p2p.add_binary_stream_handler(protocol, self._serve(protocol)))
 
-    async def _handle(self, info: Any, reader: asyncio.StreamReader, writer: Any) -> None:
-        data = await self.p2p.receive_raw_data(reader)
-        writer.close()
-        if len(data) > MAX_ENVELOPE_BYTES:
-            return
-        try:
-            envelope = Envelope.decode(data)
-        except TransportError:
-            return
-        if self._senders.get(str(info.peer_id)) != envelope.sender:
-            return
-        with self._arrived:
-            self._inbox.setdefault(envelope.sequence, {})[envelope.sender] = envelope.packet
-            self._arrived.notify_all()
+    def _serve(self, protocol: str) -> Callable[[Any, asyncio.StreamReader, Any], Coroutine]:
+        handler = self.handlers[protocol]
 
-    async def _send(self, neighbor: int, envelope: Envelope) -> bool:
-        """Whether the envelope reached the neighbour's daemon; a peer that is gone is not an
-        error here, the membership layer decides what its absence means."""
-        try:
-            _, _, writer = await asyncio.wait_for(
-                self.p2p.call_binary_stream_handler(self.neighbor_peers[neighbor], FLOOD_PROTOCOL),
-                self.timeout,
-            )
-            await self.p2p.send_raw_data(envelope.encode(), writer)
-            writer.close()
-        except Exception:  # any failure of the daemon or the stream means "not sent"
-            return False
-        return True
-
-    async def _send_all(self, envelopes: Mapping[int, Envelope]) -> list[bool]:
-        return await asyncio.gather(*(self._send(n, e) for n, e in envelopes.items()))
-
-    def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries:
-        """Send this hop's envelope to every neighbour and wait for theirs."""
-        sequence, self.sequence = self.sequence, self.sequence + 1
-        owed = outboxes.get(self.me, {})
-        envelopes = {}
-        for neighbor in sorted(self.neighbor_peers):
-            messages = owed.get(neighbor, ())
-            packet = encode_packet(messages, self.scalar_format) if messages else b""
-            envelopes[neighbor] = Envelope(sequence, self.me, packet)
-        sent = self.runner.run(self._send_all(envelopes))
-        for (neighbor, envelope), delivered in zip(envelopes.items(), sent, strict=True):
-            if not delivered:
-                self.unreachable.append((sequence, neighbor))
-            elif envelope.packet:
-                self._count(self.me, neighbor, envelope.packet, len(owed[neighbor]))
-        with self._arrived:
-            complete = self._arrived.wait_for(
-                lambda: len(self._inbox.get(sequence, {})) == len(self.neighbor_peers),
-                self.timeout,
-            )
-            arrived = self._inbox.pop(sequence, {})
-        if not complete:
-            self.missing += [(sequence, n) for n in self.neighbor_peers if n not in arrived]
-        received = []
-        for sender in sorted(arrived):
-            if not arrived[sender]:
-                continue
+        async def serve(info: Any, reader: asyncio.StreamReader, writer: Any) -> None:
             try:
-                messages, _ = decode_packet(arrived[sender])
-            except CodecError as exc:
-                raise TransportError(f"client {sender} sent a bad packet: {exc}") from None
-            self._count(sender, self.me, arrived[sender], len(messages))
-            received.append((sender, messages))
-        return {self.me: received} if received else {}
+                data = await self.p2p.receive_raw_data(reader)
+                self._count(self.counters.received, protocol, len(data))
+                reply = await asyncio.get_running_loop().run_in_executor(
+                    None, handler, info.peer_id.to_base58(), data
+                )
+                if reply is not None:
+                    await self.p2p.send_raw_data(reply, writer)
+                    self._count(self.counters.sent, protocol, len(reply))
+            except (asyncio.IncompleteReadError, ConnectionError, TransportError):
+                pass
+            finally:
+                writer.close()
 
-    def _count(self, sender: int, receiver: int, packet: bytes, messages: int) -> None:
-        """Both directions of this peer's edges, as the simulator counts them: the codec packet,
-        not the envelope header or libp2p's framing."""
-        self.counter.count(
-            sender,
-            receiver,
-            size=len(packet),
-            messages=messages,
-            header_bytes=len(packet) - messages * SCALAR_BYTES[self.scalar_format],
+        return serve
+
+    def _count(self, table: dict[str, int], protocol: str, size: int) -> None:
+        with self._lock:
+            self.counters.add(table, protocol, size)
+
+    async def _call(self, peer: str, protocol: str, data: bytes, reply: bool) -> bytes | None:
+        _, reader, writer = await asyncio.wait_for(
+            self.p2p.call_binary_stream_handler(self._peer_id(peer), protocol), self.timeout
         )
+        try:
+            await self.p2p.send_raw_data(data, writer)
+            self._count(self.counters.sent, protocol, len(data))
+            if not reply:
+                return b""
+            answer = await asyncio.wait_for(self.p2p.receive_raw_data(reader), self.timeout)
+            if len(answer) > MAX_FRAME_BYTES:
+                raise TransportError(f"{peer} answered {len(answer)} bytes")
+            self._count(self.counters.received, protocol, len(answer))
+            return answer
+        finally:
+            writer.close()
 
-    def summary(self) -> dict[str, float]:
-        return self.counter.summary()
+    async def _attempt(self, peer: str, protocol: str, data: bytes, reply: bool) -> bytes | None:
+        try:
+            return await self._call(peer, protocol, data, reply)
+        except Exception:  # any failure of the daemon, the stream or the peer means "no answer"
+            return None
+
+    def push(self, messages_for: Mapping[str, bytes], protocol: str = FLOOD_PROTOCOL) -> set[str]:
+        """Send each peer its bytes, all at once; the peers that were reached."""
+
+        async def push_all() -> list[bytes | None]:
+            calls = [self._attempt(p, protocol, d, False) for p, d in messages_for.items()]
+            return await asyncio.gather(*calls)
+
+        results = self.runner.run(push_all())
+        return {peer for peer, got in zip(messages_for, results, strict=True) if got is not None}
+
+    def close(self) -> None:
+        self.runner.run(self.p2p.shutdown(), timeout=10)
+
+    def request(self, peer: str, protocol: str, data: bytes) -> bytes | None:
+        """The peer's reply, or None when it could not be reached or did not answer in time."""
+        return self.runner.run(self._attempt(peer, protocol, data, True))

@@ -43,7 +43,10 @@ def find_runs(directories: list[Path]) -> list[Run]:
         for path in sorted(directory.rglob("results.json")):
             history_file = path.parent / "history.jsonl"
             history = read_jsonl(history_file) if history_file.is_file() else []
-            runs.append(Run(path.parent, json.loads(path.read_text()), history))
+            results = json.loads(path.read_text())
+            if results.get("kind") == "peer":
+                continue  # one peer of a launched run; the run's merged results stand for it
+            runs.append(Run(path.parent, results, history))
     if not runs:
         raise ValueError(f"no results.json under {', '.join(map(str, directories))}")
     return runs

@@ -24,6 +24,7 @@ import math
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -296,3 +297,21 @@ class Region:
         """The region's current values, flattened in a fixed order."""
         parts = [t if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)]
         return torch.cat([p.flatten() for p in parts]) if parts else torch.zeros(0)
+
+
+@contextmanager
+def applied(
+    direction: DenseDirection | SubCGEDirection, updates: Sequence[tuple[int, int, float]]
+) -> Iterator[None]:
+    """The model with ``updates`` applied for the duration of the ``with`` block, then exactly as
+    before: how a client's view is entered and left without a copy of the model."""
+    if not updates:
+        yield
+        return
+    region = direction.region(updates)
+    saved = region.save()
+    direction.apply(updates)
+    try:
+        yield
+    finally:
+        region.restore(saved)

@@ -17,7 +17,6 @@ from client to client by the messages that differ, so views agree with exact one
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from seedflood.topology import Topology
 from seedflood.zo import (
     DenseDirection,
     SubCGEDirection,
+    applied,
     message_seed,
     two_point_estimate,
 )
@@ -149,22 +149,9 @@ class SeedFlood:
         gained = {t: target.get(t, 0) & ~source.get(t, 0) for t in steps}
         return self.updates(self._messages(dropped), -1.0) + self.updates(self._messages(gained))
 
-    @contextmanager
-    def _applied(self, updates: list[Update]) -> Iterator[None]:
-        if not updates:
-            yield
-            return
-        region = self.direction.region(updates)
-        saved = region.save()
-        self.direction.apply(updates)
-        try:
-            yield
-        finally:
-            region.restore(saved)
-
     def client_view(self, client: int) -> Any:
         """The model as ``client`` holds it, exactly, for the duration of the ``with`` block."""
-        return self._applied(self.updates(self.held_messages(client)))
+        return applied(self.direction, self.updates(self.held_messages(client)))
 
     def _holder_counts(self, step: int) -> np.ndarray:
         """How many clients hold each origin's message of ``step``."""
@@ -179,11 +166,12 @@ class SeedFlood:
         """The average of all clients' models (the paper's GMP): each pending message weighted by
         the share of clients that hold it."""
         counts = {step: self._holder_counts(step) for step in self.pending}
-        return self._applied(
+        return applied(
+            self.direction,
             [
                 self.updates([m], int(counts[m.step][m.origin]) / self.n)[0]
                 for m in self._all_pending()
-            ]
+            ],
         )
 
     def clients_identical(self) -> bool:

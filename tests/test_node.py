@@ -1,0 +1,138 @@
+"""Real peer processes on 127.0.0.1: they end on the simulator's model bit for bit, a peer killed
+with SIGKILL restarts from its state dir and loses nothing, and a late joiner catches up by
+replay. Each peer is a `seedflood peer` process with its own DHT node and p2pd daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from seedflood.config import load_config
+from seedflood.launch import (
+    launch,
+    merge_results,
+    peer_command,
+    read_status,
+    start_peer,
+    wait_for_address,
+)
+from seedflood.msglog import MessageLog
+from seedflood.peer import state_hash
+from seedflood.simulator import build
+
+pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
+
+
+def write_config(path: Path, data: Path, **overrides) -> Path:
+    config = {
+        "model": "tiny",
+        "task": "sst2",
+        "data_dir": str(data),
+        "clients": 4,
+        "topology": "ring",
+        "rounds": 20,
+        "rank": 8,
+        "batch_size": 4,
+        "n_train": 64,
+        "n_val": 16,
+        "n_test": 40,
+        "batched_forward": False,
+        "hash_every": 5,
+        "snapshot_every": 8,
+        **overrides,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def simulated_hash(config_file: Path) -> str:
+    config = load_config(config_file, [])
+    torch.manual_seed(config.seed)
+    experiment = build(config)
+    for round_index in range(config.rounds):
+        experiment.algorithm.run_round(round_index)
+    return state_hash(experiment.algorithm.direction.matrices)
+
+
+def test_four_peer_processes_end_on_the_simulators_model(data_dir, tmp_path: Path) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir)
+    results = launch(config_file, peers=4, out_dir=tmp_path / "out", run_id="four", timeout=300)
+    assert results["consensus"] and len(results["peers"]) == 4
+    assert results["state_hash"] == simulated_hash(config_file)
+    assert [p["committed_step"] for p in results["peers"]] == [19] * 4
+    assert all(p["divergences"] == 0 for p in results["peers"])
+    # every message of every client crossed every one of the ring's 4 edges at least once
+    assert results["messages_per_edge_max"] >= 20 * 4 // 2
+    assert results["bytes_per_edge_max"] >= 4 * results["messages_per_edge_max"]
+    assert 0.0 <= results["accuracy"] <= 1.0 and "zero_shot_accuracy" in results
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the peer with its DHT process and p2pd daemon: a machine that lost power."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path: Path) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=30)
+    root = tmp_path / "out"
+    dirs = [root / "peers" / str(k) for k in range(7)]
+
+    def command(k: int, initial: list[str]) -> list[str]:
+        return peer_command(
+            config_file,
+            run_id="churn",
+            directory=dirs[k],
+            initial_peers=initial,
+            pace=0.25,
+            evaluate=False,
+        )
+
+    processes = {0: start_peer(command(0, []), dirs[0])}
+    try:
+        address = wait_for_address(dirs[0], processes[0], timeout=120)
+        for k in range(1, 6):
+            processes[k] = start_peer(command(k, [address]), dirs[k])
+        wait_until(lambda: read_status(dirs[3]).get("round", 0) >= 5, 180, "round 5")
+        kill_group(processes[3])
+        killed_at = read_status(dirs[3])["round"]
+        processes[3] = start_peer(command(3, [address]), dirs[3])
+        wait_until(lambda: read_status(dirs[0]).get("round", 0) >= 10, 180, "round 10")
+        processes[6] = start_peer(command(6, [address]), dirs[6])
+        for process in processes.values():
+            assert process.wait(timeout=300) == 0
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                kill_group(process)
+    results = merge_results(root, dirs)
+    assert results["consensus"], results["peers"]
+    peers = {p["client"]: p for p in results["peers"]}
+    assert sorted(peers) == list(range(7))
+    assert all(p["committed_step"] == 29 and p["divergences"] == 0 for p in peers.values())
+    restarted = json.loads((dirs[3] / "results.json").read_text())
+    assert 0 < restarted["replayed"] <= killed_at * 6 and killed_at < 30
+    logs = [MessageLog(d / "state" / "messages.log").messages(0) for d in dirs]
+    assert all(log == logs[0] for log in logs)
+    # the joiner took part from the step its sponsor's message announced, and not before
+    first_step = json.loads((dirs[0] / "state" / "members.json").read_text())["6"]["first_step"]
+    assert first_step >= 10
+    assert {m.step for m in logs[0] if m.origin == 6} == set(range(first_step, 30))
+    origins_per_step = [sorted(m.origin for m in logs[0] if m.step == t) for t in range(30)]
+    assert origins_per_step[0] == list(range(6)) and origins_per_step[-1] == list(range(7))
