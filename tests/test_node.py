@@ -20,12 +20,14 @@ from seedflood.launch import (
     launch,
     merge_results,
     peer_command,
+    peer_threads,
     read_status,
     start_peer,
     wait_for_address,
 )
 from seedflood.msglog import MessageLog
 from seedflood.peer import state_hash
+from seedflood.report import find_runs, summarize
 from seedflood.simulator import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
@@ -53,26 +55,36 @@ def write_config(path: Path, data: Path, **overrides) -> Path:
     return path
 
 
-def simulated_hash(config_file: Path) -> str:
+def simulated_hash(config_file: Path, threads: int) -> str:
+    """The simulator's final model with the peers' thread count (float results depend on it)."""
     config = load_config(config_file, [])
-    torch.manual_seed(config.seed)
-    experiment = build(config)
-    for round_index in range(config.rounds):
-        experiment.algorithm.run_round(round_index)
-    return state_hash(experiment.algorithm.direction.matrices)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(config.seed)
+        experiment = build(config)
+        for round_index in range(config.rounds):
+            experiment.algorithm.run_round(round_index)
+        return state_hash(experiment.algorithm.direction.matrices)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_four_peer_processes_end_on_the_simulators_model(data_dir, tmp_path: Path) -> None:
     config_file = write_config(tmp_path / "run.yaml", data_dir)
     results = launch(config_file, peers=4, out_dir=tmp_path / "out", run_id="four", timeout=300)
     assert results["consensus"] and len(results["peers"]) == 4
-    assert results["state_hash"] == simulated_hash(config_file)
+    assert results["state_hash"] == simulated_hash(config_file, peer_threads(4))
     assert [p["committed_step"] for p in results["peers"]] == [19] * 4
     assert all(p["divergences"] == 0 for p in results["peers"])
     # every message of every client crossed every one of the ring's 4 edges at least once
     assert results["messages_per_edge_max"] >= 20 * 4 // 2
     assert results["bytes_per_edge_max"] >= 4 * results["messages_per_edge_max"]
     assert 0.0 <= results["accuracy"] <= 1.0 and "zero_shot_accuracy" in results
+    # `seedflood report` reads the launched run like a simulated one, per-peer files aside
+    runs = find_runs([tmp_path / "out"])
+    assert len(runs) == 1 and runs[0].results["kind"] == "run"
+    assert summarize(runs)[0]["bytes_per_edge"] == results["bytes_per_edge_max"]
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -136,3 +148,44 @@ def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path:
     assert {m.step for m in logs[0] if m.origin == 6} == set(range(first_step, 30))
     origins_per_step = [sorted(m.origin for m in logs[0] if m.step == t) for t in range(30)]
     assert origins_per_step[0] == list(range(6)) and origins_per_step[-1] == list(range(7))
+
+
+def test_a_peer_that_never_returns_is_declared_gone_and_the_rest_finish(
+    data_dir, tmp_path: Path
+) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=4, rounds=12)
+    root = tmp_path / "out"
+    dirs = [root / "peers" / str(k) for k in range(4)]
+
+    def command(k: int, initial: list[str]) -> list[str]:
+        return peer_command(
+            config_file,
+            run_id="crash",
+            directory=dirs[k],
+            initial_peers=initial,
+            pace=0.25,
+            evaluate=False,
+        )
+
+    processes = [start_peer(command(0, []), dirs[0])]
+    try:
+        address = wait_for_address(dirs[0], processes[0], timeout=120)
+        processes += [start_peer(command(k, [address]), dirs[k]) for k in range(1, 4)]
+        wait_until(lambda: read_status(dirs[2]).get("round", 0) >= 3, 180, "round 3")
+        kill_group(processes[2])
+        for process in processes[:2] + processes[3:]:
+            assert process.wait(timeout=300) == 0
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                kill_group(process)
+    survivors = [dirs[0], dirs[1], dirs[3]]
+    results = merge_results(root, survivors)
+    assert results["consensus"] and all(p["committed_step"] == 11 for p in results["peers"])
+    dead = json.loads((dirs[2] / "state" / "peer.json").read_text())["index"]
+    seats = json.loads((dirs[0] / "state" / "members.json").read_text())
+    gone_from = seats[str(dead)]["gone_from"]
+    assert 3 <= gone_from <= 11
+    log = MessageLog(survivors[0] / "state" / "messages.log").messages(0)
+    assert {m.step for m in log if m.origin == dead} == set(range(gone_from))
+    assert all(len([m for m in log if m.step == t]) == 3 for t in range(gone_from, 12))

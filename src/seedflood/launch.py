@@ -10,6 +10,7 @@ run's: traffic per edge is the sum of what each peer counted on its sending side
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -48,12 +49,24 @@ def peer_command(
     return command
 
 
-def start_peer(command: list[str], directory: Path) -> subprocess.Popen[bytes]:
-    """Start a peer in a new session, its output appended to ``directory/peer.log``."""
+def peer_threads(peers: int) -> int:
+    """Compute threads per peer when ``peers`` share this machine: oversubscribed OpenMP threads
+    spin against each other (4 peers of SmolLM2 on 2 cores ran 7x slower with 2 threads each)."""
+    return max(1, (os.cpu_count() or 1) // peers)
+
+
+def start_peer(
+    command: list[str], directory: Path, threads: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a peer in a new session, its output appended to ``directory/peer.log``; ``threads``
+    caps its compute threads, so peers sharing a machine do not fight over the cores."""
     directory.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     with (directory / "peer.log").open("ab") as log:
         return subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
 
 
@@ -150,11 +163,14 @@ def launch(
             evaluate=k == 0,
         )
 
-    first = start_peer(command(0, []), directories[0])
+    threads = peer_threads(peers)
+    first = start_peer(command(0, []), directories[0], threads)
     processes = [first]
     try:
         address = wait_for_address(directories[0], first, timeout=300)
-        processes += [start_peer(command(k, [address]), directories[k]) for k in range(1, peers)]
+        processes += [
+            start_peer(command(k, [address]), directories[k], threads) for k in range(1, peers)
+        ]
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in processes):
             if time.monotonic() > deadline:

@@ -446,6 +446,7 @@ class Node:
             self._wait(lambda r=next_round: state.ready_for(r), f"round {next_round}")
             messages, losses = state.originate(next_round, guard=self.cond)
             with self.cond:
+                self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
                 targets = dict(self.neighbors)
                 carried = {m.key: state.carried[m.key] for m in messages if m.key in state.carried}
             self._push(targets, messages, carried, [])

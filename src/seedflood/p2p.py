@@ -18,7 +18,7 @@ import json
 import struct
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -71,6 +71,8 @@ class EventLoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        # handlers run in worker threads and may wait there for a slow or dead peer
+        self.loop.set_default_executor(ThreadPoolExecutor(max_workers=32))
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 
