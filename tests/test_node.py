@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from typer.testing import CliRunner
 
+from seedflood.cli import app
 from seedflood.config import load_config
 from seedflood.launch import (
     launch,
@@ -101,43 +103,70 @@ def wait_until(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path: Path) -> None:
-    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=30)
-    root = tmp_path / "out"
-    dirs = [root / "peers" / str(k) for k in range(7)]
+class PacedPeers:
+    """Peer processes of one run, started one by one and paced to 0.25 s per round, so a test
+    can kill, restart or add one mid-run; the first one started is everyone's bootstrap."""
 
-    def command(k: int, initial: list[str]) -> list[str]:
-        return peer_command(
-            config_file,
-            run_id="churn",
-            directory=dirs[k],
-            initial_peers=initial,
+    def __init__(self, config_file: Path, run_id: str, root: Path) -> None:
+        self.config_file, self.run_id, self.root = config_file, run_id, root
+        self.processes: dict[int, subprocess.Popen] = {}
+        self.address: str | None = None
+
+    def dir(self, k: int) -> Path:
+        return self.root / "peers" / str(k)
+
+    def start(self, k: int) -> None:
+        command = peer_command(
+            self.config_file,
+            run_id=self.run_id,
+            directory=self.dir(k),
+            initial_peers=[self.address] if self.address else [],
             pace=0.25,
             evaluate=False,
         )
+        self.processes[k] = start_peer(command, self.dir(k))
+        if self.address is None:
+            self.address = wait_for_address(self.dir(k), self.processes[k], timeout=120)
 
-    processes = {0: start_peer(command(0, []), dirs[0])}
-    try:
-        address = wait_for_address(dirs[0], processes[0], timeout=120)
-        for k in range(1, 6):
-            processes[k] = start_peer(command(k, [address]), dirs[k])
-        wait_until(lambda: read_status(dirs[3]).get("round", 0) >= 5, 180, "round 5")
-        kill_group(processes[3])
-        killed_at = read_status(dirs[3])["round"]
-        processes[3] = start_peer(command(3, [address]), dirs[3])
-        wait_until(lambda: read_status(dirs[0]).get("round", 0) >= 10, 180, "round 10")
-        processes[6] = start_peer(command(6, [address]), dirs[6])
-        for process in processes.values():
+    def round(self, k: int) -> int:
+        return read_status(self.dir(k)).get("round", 0)
+
+    def kill_at(self, k: int, round_index: int) -> int:
+        """SIGKILL peer k once it reached ``round_index``; the round it was at."""
+        wait_until(lambda: self.round(k) >= round_index, 180, f"round {round_index}")
+        kill_group(self.processes.pop(k))
+        return self.round(k)
+
+    def finish(self) -> None:
+        for process in self.processes.values():
             assert process.wait(timeout=300) == 0
-    finally:
-        for process in processes.values():
+
+    def __enter__(self) -> PacedPeers:
+        return self
+
+    def __exit__(self, *_) -> None:
+        for process in self.processes.values():
             if process.poll() is None:
                 kill_group(process)
+
+
+def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path: Path) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=30)
+    root = tmp_path / "out"
+    with PacedPeers(config_file, "churn", root) as peers:
+        for k in range(6):
+            peers.start(k)
+        killed_at = peers.kill_at(3, 5)
+        peers.start(3)
+        wait_until(lambda: peers.round(0) >= 10, 180, "round 10")
+        peers.start(6)
+        peers.finish()
+    dirs = [peers.dir(k) for k in range(7)]
     results = merge_results(root, dirs)
     assert results["consensus"], results["peers"]
-    peers = {p["client"]: p for p in results["peers"]}
-    assert sorted(peers) == list(range(7))
-    assert all(p["committed_step"] == 29 and p["divergences"] == 0 for p in peers.values())
+    by_client = {p["client"]: p for p in results["peers"]}
+    assert sorted(by_client) == list(range(7))
+    assert all(p["committed_step"] == 29 and p["divergences"] == 0 for p in by_client.values())
     restarted = json.loads((dirs[3] / "results.json").read_text())
     assert 0 < restarted["replayed"] <= killed_at * 6 and killed_at < 30
     logs = [MessageLog(d / "state" / "messages.log").messages(0) for d in dirs]
@@ -154,33 +183,14 @@ def test_a_peer_that_never_returns_is_declared_gone_and_the_rest_finish(
     data_dir, tmp_path: Path
 ) -> None:
     config_file = write_config(tmp_path / "run.yaml", data_dir, clients=4, rounds=12)
-    root = tmp_path / "out"
-    dirs = [root / "peers" / str(k) for k in range(4)]
-
-    def command(k: int, initial: list[str]) -> list[str]:
-        return peer_command(
-            config_file,
-            run_id="crash",
-            directory=dirs[k],
-            initial_peers=initial,
-            pace=0.25,
-            evaluate=False,
-        )
-
-    processes = [start_peer(command(0, []), dirs[0])]
-    try:
-        address = wait_for_address(dirs[0], processes[0], timeout=120)
-        processes += [start_peer(command(k, [address]), dirs[k]) for k in range(1, 4)]
-        wait_until(lambda: read_status(dirs[2]).get("round", 0) >= 3, 180, "round 3")
-        kill_group(processes[2])
-        for process in processes[:2] + processes[3:]:
-            assert process.wait(timeout=300) == 0
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                kill_group(process)
+    with PacedPeers(config_file, "crash", tmp_path / "out") as peers:
+        for k in range(4):
+            peers.start(k)
+        peers.kill_at(2, 3)
+        peers.finish()
+    dirs = [peers.dir(k) for k in range(4)]
     survivors = [dirs[0], dirs[1], dirs[3]]
-    results = merge_results(root, survivors)
+    results = merge_results(tmp_path / "out", survivors)
     assert results["consensus"] and all(p["committed_step"] == 11 for p in results["peers"])
     dead = json.loads((dirs[2] / "state" / "peer.json").read_text())["index"]
     seats = json.loads((dirs[0] / "state" / "members.json").read_text())
@@ -189,3 +199,18 @@ def test_a_peer_that_never_returns_is_declared_gone_and_the_rest_finish(
     log = MessageLog(survivors[0] / "state" / "messages.log").messages(0)
     assert {m.step for m in log if m.origin == dead} == set(range(gone_from))
     assert all(len([m for m in log if m.step == t]) == 3 for t in range(gone_from, 12))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--run-id", "a/b"], "run id must be a non-empty name without '/'"),
+        (["--run-id", "ok", "--set", "method=dsgd"], "real peers run method seedflood"),
+    ],
+)
+def test_bad_peer_arguments_are_refused_by_name(
+    data_dir, tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir)
+    result = CliRunner().invoke(app, ["peer", str(config_file), *arguments])
+    assert result.exit_code == 2 and message in " ".join(result.output.split())

@@ -19,6 +19,11 @@ class MembershipError(RuntimeError):
     """The membership did not reach the expected size in time."""
 
 
+def check_run_id(run_id: str) -> None:
+    if not run_id or "/" in run_id:
+        raise ValueError(f"run id must be a non-empty name without '/'; got {run_id!r}")
+
+
 @dataclass(frozen=True, order=True)
 class Member:
     joined: float
@@ -33,8 +38,7 @@ class Membership:
     def __init__(
         self, dht: Any, run_id: str, ttl: float = 30.0, joined: float | None = None
     ) -> None:
-        if not run_id or "/" in run_id:
-            raise ValueError(f"run id must be a non-empty name without '/'; got {run_id!r}")
+        check_run_id(run_id)
         if ttl <= 0:
             raise ValueError(f"ttl must be positive; got {ttl}")
         from hivemind.utils import get_dht_time

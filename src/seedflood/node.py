@@ -30,7 +30,7 @@ import torch
 
 from seedflood import __version__
 from seedflood.config import RunConfig
-from seedflood.membership import Membership, MembershipError
+from seedflood.membership import Membership, MembershipError, check_run_id
 from seedflood.messages import SCALAR_BYTES, decode_packet, encode_packet
 from seedflood.metrics import (
     atomic_write_json,
@@ -560,6 +560,10 @@ def run_peer(
     """Run one peer to the end of the run; its results.json lands in ``options.out_dir``."""
     if config.method != "seedflood":
         raise PeerError(f"real peers run method seedflood; the config asks for {config.method!r}")
+    try:
+        check_run_id(options.run_id)
+    except ValueError as error:
+        raise PeerError(str(error)) from None
     options.out_dir.mkdir(parents=True, exist_ok=True)
     node = Node(config, options, say)
     try:
