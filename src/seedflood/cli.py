@@ -6,39 +6,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from seedflood.config import ConfigError, load_config
-from seedflood.models import ModelError
-from seedflood.tasks import DataError
-from seedflood.topology import TopologyError
+from seedflood.pipeline.commands import pipeline_app
+from seedflood.ui import USER_ERRORS, console
+from seedflood.ui import fail as _fail
+from seedflood.ui import progress as _progress
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-console = Console(stderr=True)
-USER_ERRORS = (ConfigError, DataError, TopologyError, ModelError)
+app.add_typer(pipeline_app, name="pipeline")
 
 
 @app.callback()
 def main() -> None:
     """Decentralized training of language models with no central server."""
-
-
-def _fail(error: Exception) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {error}")
-    return typer.Exit(code=2)
-
-
-def _progress(label: str) -> Progress:
-    """A bar with a count, a status field and the elapsed time."""
-    columns = (
-        TextColumn(label),
-        MofNCompleteColumn(),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-    )
-    return Progress(*columns, console=console)
 
 
 @app.command()
@@ -263,10 +244,17 @@ def report(
     out: Annotated[Path | None, typer.Option(help="Where report.md and plots go")] = None,
 ) -> None:
     """Tables and plots from finished runs."""
+    from seedflood.pipeline.report import find_pipeline_runs, write_pipeline_report
     from seedflood.report import write_report
 
+    target = out or directories[0]
+    pipeline_runs = [run for d in directories if d.exists() for run in find_pipeline_runs(d)]
     try:
-        path = write_report(directories, out or directories[0])
+        path = (
+            write_pipeline_report(pipeline_runs, target)
+            if pipeline_runs
+            else write_report(directories, target)
+        )
     except ValueError as error:
         raise _fail(error) from None
     console.print(f"report: {path}")

@@ -215,7 +215,12 @@ class Scenario:
 
     @classmethod
     def load(cls, path: Path) -> Scenario:
-        data = yaml.safe_load(path.read_text())
+        if not path.is_file():
+            raise ScenarioError(f"no scenario file at {path}")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise ScenarioError(f"{path} is not valid YAML: {error}") from None
         if not isinstance(data, dict):
             raise ScenarioError(f"{path}: a scenario is a YAML mapping")
         return cls.from_dict(data)

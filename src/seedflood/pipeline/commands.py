@@ -1,0 +1,177 @@
+"""`seedflood pipeline`: GWTF pipeline training under churn against SWARM, simulated, with the
+traces replayed through real stages of a language model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from seedflood.ui import USER_ERRORS, console
+from seedflood.ui import fail as _fail
+from seedflood.ui import progress as _progress
+
+pipeline_app = typer.Typer(
+    no_args_is_help=True, help="GWTF pipeline training under churn, against SWARM (simulated)."
+)
+
+
+def _churn(value: str) -> Any:
+    """A preset name, or crashes per relay-hour with as many joins (a steady population)."""
+    from seedflood.pipeline.churn import PRESETS, ChurnRates
+
+    if value in PRESETS:
+        return value
+    try:
+        rate = float(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is neither a preset ({', '.join(PRESETS)}) nor a rate per relay-hour"
+        ) from None
+    if rate < 0:
+        raise typer.BadParameter(f"a churn rate must be >= 0; got {rate}")
+    return ChurnRates(crash_per_relay_hour=rate, join_per_relay_hour=rate)
+
+
+def _lm_for_pipeline(model: str, data_dir: str | None, seed: int) -> Any:
+    """A model to pipeline and texts to train it on: SST-2 sentences with their labels."""
+    from seedflood.models import load_model
+    from seedflood.tasks import load_task
+
+    def load() -> tuple[Any, Any, list[str]]:
+        language_model, tokenizer = load_model(model, seed=seed)
+        data = load_task(
+            "sst2",
+            data_dir=data_dir or os.environ.get("SEEDFLOOD_DATA_DIR") or None,
+            seed=seed,
+            n_train=512,
+            n_val=1,
+            n_test=1,
+        )
+        texts = [e.prompt + e.candidates[e.label] for e in data.train]
+        return language_model, tokenizer, texts
+
+    return load
+
+
+@pipeline_app.command("run")
+def pipeline_run(
+    scenario_file: Annotated[
+        Path, typer.Argument(help="YAML scenario (seedflood pipeline scenario)")
+    ],
+    router: Annotated[str, typer.Option(help="gwtf or swarm")] = "gwtf",
+    churn: Annotated[str, typer.Option(help="none, low, high, or crashes per relay-hour")] = "none",
+    microbatches: Annotated[int, typer.Option(help="Train until this many microbatches")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the churn schedule and the routers")] = 0,
+    planner: Annotated[
+        str, typer.Option(help="GWTF routing: decentralized or optimal")
+    ] = "decentralized",
+    train: Annotated[bool, typer.Option(help="Replay the trace through real stages")] = True,
+    model: Annotated[str, typer.Option(help="Model whose stages are trained")] = "tiny",
+    out: Annotated[Path | None, typer.Option(help="Results directory")] = None,
+) -> None:
+    """Simulate one router on one scenario; write pipeline.json for `seedflood report`."""
+    from seedflood.metrics import atomic_write_json
+    from seedflood.pipeline.costs import Scenario, ScenarioError
+    from seedflood.pipeline.experiment import run_pipeline
+
+    rates = _churn(churn)
+    try:
+        scenario = Scenario.load(scenario_file)
+        language_model = tokenizer = None
+        texts: list[str] = []
+        if train:
+            language_model, tokenizer, texts = _lm_for_pipeline(model, None, seed)()
+        record = run_pipeline(
+            scenario,
+            router=router,
+            churn=rates,
+            seed=seed,
+            microbatches=microbatches,
+            plan=planner,
+            model=language_model,
+            tokenizer=tokenizer,
+            texts=texts,
+        )
+    except (ScenarioError, ValueError, *USER_ERRORS) as error:
+        raise _fail(error) from None
+    record |= {"name": f"{scenario_file.stem}-{router}", "resources": scenario_file.stem}
+    record["churn"] = churn
+    out_dir = out or Path("results") / f"pipeline-{scenario_file.stem}-{router}"
+    atomic_write_json(out_dir / "pipeline.json", record)
+    console.print(
+        f"{router}: {record['microbatches_trained']} microbatches in {record['total_time_s']:.0f} "
+        f"simulated s ({record['throughput']:.3f}/s), wasted {100 * record['wasted_fraction']:.1f}%"
+        f", idle {100 * record['idle_fraction']:.1f}%; {out_dir}/pipeline.json"
+    )
+
+
+@pipeline_app.command("scenario")
+def pipeline_scenario(
+    out: Annotated[Path, typer.Argument(help="YAML file to write")],
+    seed: Annotated[int, typer.Option()] = 0,
+    stages: Annotated[int, typer.Option()] = 4,
+    relays_per_stage: Annotated[int, typer.Option()] = 4,
+    holders: Annotated[int, typer.Option()] = 2,
+    regions: Annotated[int, typer.Option(help="How many of the 12 regions to use")] = 10,
+    heterogeneous: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """Write a seeded random scenario."""
+    from seedflood.pipeline.costs import ScenarioError, random_scenario
+
+    try:
+        scenario = random_scenario(
+            seed,
+            stages=stages,
+            relays_per_stage=relays_per_stage,
+            holders=holders,
+            regions=regions,
+            heterogeneous=heterogeneous,
+        )
+    except ScenarioError as error:
+        raise _fail(error) from None
+    scenario.save(out)
+    console.print(f"{len(scenario.relays)} relays over {stages} stages in {out}")
+
+
+@pipeline_app.command("compare")
+def pipeline_compare(
+    out: Annotated[Path, typer.Option(help="Comparison directory")] = Path(
+        "results/pipeline-compare"
+    ),
+    seeds: Annotated[int, typer.Option(help="Seeds per cell")] = 3,
+    microbatches: Annotated[int, typer.Option(help="Target microbatches per run")] = 200,
+    stages: Annotated[int, typer.Option()] = 4,
+    relays_per_stage: Annotated[int, typer.Option()] = 4,
+    train: Annotated[bool, typer.Option(help="Replay traces through real stages")] = True,
+    model: Annotated[str, typer.Option(help="Model whose stages are trained")] = "tiny",
+) -> None:
+    """GWTF vs SWARM: homogeneous and heterogeneous relays, 10 regions, no/low/high churn."""
+    from seedflood.pipeline.experiment import compare_grid
+    from seedflood.pipeline.report import write_pipeline_report
+
+    cells = 2 * 3 * seeds * 2
+    with _progress("[bold]runs") as bar:
+        task = bar.add_task("runs", total=cells, status="")
+
+        def show(name: str) -> None:
+            bar.update(task, completed=len(list((out / "runs").glob("*.json"))), status=name)
+
+        try:
+            runs = compare_grid(
+                out,
+                seeds=range(seeds),
+                churn_levels=("none", "low", "high"),
+                resources=("homogeneous", "heterogeneous"),
+                microbatches=microbatches,
+                stages=stages,
+                relays_per_stage=relays_per_stage,
+                train=_lm_for_pipeline(model, None, 0) if train else None,
+                show=show,
+            )
+        except USER_ERRORS as error:
+            raise _fail(error) from None
+        bar.update(task, completed=cells)
+    console.print(f"report: {write_pipeline_report(runs, out)}")

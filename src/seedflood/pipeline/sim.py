@@ -1,0 +1,809 @@
+"""Discrete-event simulation of pipeline-parallel training under churn, routed by GWTF or SWARM.
+
+One iteration: the router admits a batch of microbatches from the data holders (GWTF: one per path
+of the injected planner; SWARM: as many as the smallest stage capacity allows, the batch a perfect
+flow would route). Each microbatch runs forward through one relay per stage (relay.compute_s) and
+backward in reverse (2 × compute_s); the last stage computes the loss and turns round at once. A
+transfer takes latency + bytes / bandwidth between the two regions; links are not shared
+resources, so concurrent transfers do not slow each other. A relay computes one task at a time,
+first come first served. When every microbatch has finished its backward, each stage's replicas
+average gradients: stage parameter bytes over the slowest link among its live replicas, stages in
+parallel. That all-reduce is atomic: churn falling inside it takes effect when it ends.
+
+GWTF (gwtf.md §5.2/5.3): relays pass activations along the planned path and keep each
+microbatch's input, output and gradient until the iteration ends; a relay holds at most
+``capacity`` microbatches between their forward and backward (more wait; recomputations do not
+wait, as two microbatches could each hold the slot the other needs). Whoever waits on a
+crashed relay notices after a timeout; the predecessor re-sends its kept activation (in backward
+the successor also its kept gradient) to the cheapest live replacement of that stage, which
+recomputes only that stage. Gradients lost with a crashed relay are recomputed the same way. The
+next iteration is planned afresh on the scenario without the dead.
+
+SWARM (swarm.py): trainer-centric, stateless relays; a crash costs a timeout and a retry; the
+gradients a crashed server had accumulated are lost, so its microbatches count as lost.
+
+Within an iteration a relay is known dead (avoided by every router) once a timeout on it expired
+or ``forward_timeout_s`` after its crash (heartbeats), whichever comes first; the next iteration
+starts with every crash known.
+
+Every second of a live relay is useful, recomputed (a stage forward or backward of a microbatch
+already started once this iteration, SWARM's stateless re-forward included), discarded (lost in a
+crash: the task in progress and every finished product the relay kept) or idle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from seedflood.pipeline.churn import (
+    ChurnEvent,
+    ChurnRates,
+    ChurnSchedule,
+    Degrade,
+    Join,
+    Leave,
+    bottleneck_stage,
+    churn_events,
+    describe,
+    resolve_rates,
+)
+from seedflood.pipeline.costs import Relay, Scenario, ScenarioError, link
+from seedflood.pipeline.swarm import SwarmRouter
+
+Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
+ROUTERS = ("gwtf", "swarm")
+# fp32 gradients of SmolLM2-135M (134,515,008 parameters), the project's default model, split
+# evenly over the stages when no stage size is given.
+DEFAULT_MODEL_GRADIENT_BYTES = 134_515_008 * 4
+KINDS = ("useful", "recomputed", "discarded", "idle")
+MicrobatchKey = tuple[str, int]
+
+
+@dataclass(eq=False)
+class Microbatch:
+    """Where each stage's work stands: the relay routed to, and who keeps the stage's output and
+    gradient (a relay, or the holder itself for SWARM outputs); None = not there or lost."""
+
+    holder: str
+    index: int
+    path: list[str | None]
+    output_at: list[str | None]
+    gradient_at: list[str | None]
+    reached: int = -1
+    pending: Task | Wait | None = None
+    done: bool = False
+
+    @property
+    def key(self) -> MicrobatchKey:
+        return (self.holder, self.index)
+
+
+@dataclass(eq=False)
+class Task:
+    """One relay's turn on one stage of a microbatch: a forward, a backward, or both (the last
+    stage turning round, a recovery, or SWARM's stateless backward). ``work`` is how its compute
+    will be booked, decided when it starts."""
+
+    mb: Microbatch
+    stage: int
+    relay: str
+    forward: bool
+    backward: bool
+    sent_s: float
+    work: list[tuple[str, float]] = field(default_factory=list)
+    started_s: float | None = None
+    finished: bool = False
+    failed: bool = False
+
+
+@dataclass(eq=False)
+class Wait:
+    """A microbatch stuck on a relay that is gone, until its timeout notices."""
+
+    relay: str
+
+
+@dataclass(eq=False)
+class RelayState:
+    """A relay's life: its queue, the slots its kept activations take (``held``), and this
+    iteration's finished work and gradients, which a crash throws away."""
+
+    relay: Relay
+    alive_since: float
+    idle_since: float | None
+    ended_s: float | None = None
+    crashed: bool = False
+    leaving: bool = False
+    current: Task | None = None
+    queue: deque[Task] = field(default_factory=deque)
+    waiting: deque[Task] = field(default_factory=deque)
+    held: set[MicrobatchKey] = field(default_factory=set)
+    kept: list[tuple[str, float]] = field(default_factory=list)
+    gradients: list[tuple[MicrobatchKey, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrainedMicrobatch:
+    """The relay per stage whose gradient for this microbatch entered the stage's average."""
+
+    holder: str
+    index: int
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """One iteration: compute until ``compute_end_s``, then the all-reduce until ``end_s``.
+    ``lost`` are admitted microbatches missing from some stage's average (SWARM only);
+    ``events`` are the churn events that fell in it, with the reason when one was skipped."""
+
+    index: int
+    start_s: float
+    compute_end_s: float
+    end_s: float
+    admitted: int
+    trained: tuple[TrainedMicrobatch, ...]
+    lost: tuple[MicrobatchKey, ...]
+    duplicate_gradients: int
+    events: tuple[dict[str, Any], ...]
+
+    @property
+    def microbatches(self) -> int:
+        return len(self.trained)
+
+
+@dataclass(frozen=True)
+class ComputeAccount:
+    """Relay-seconds by use; ``live_relay_s`` is the sum of the relays' lifetimes, which the
+    four kinds add up to."""
+
+    useful_s: float
+    recomputed_s: float
+    discarded_s: float
+    idle_s: float
+    live_relay_s: float
+
+    @property
+    def accounted_s(self) -> float:
+        return self.useful_s + self.recomputed_s + self.discarded_s + self.idle_s
+
+
+@dataclass(frozen=True)
+class SimResult:
+    router: str
+    iterations: tuple[IterationRecord, ...]
+    compute: ComputeAccount
+    lifetimes: dict[str, tuple[float, float]]
+
+    @property
+    def total_time_s(self) -> float:
+        return self.iterations[-1].end_s if self.iterations else 0.0
+
+    @property
+    def microbatches_trained(self) -> int:
+        return sum(record.microbatches for record in self.iterations)
+
+    @property
+    def throughput(self) -> float:
+        """Microbatches trained per second of wall time."""
+        return self.microbatches_trained / self.total_time_s if self.total_time_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "router": self.router,
+            "total_time_s": self.total_time_s,
+            "microbatches_trained": self.microbatches_trained,
+            "throughput": self.throughput,
+            "compute": asdict(self.compute),
+            "lifetimes": {name: list(span) for name, span in self.lifetimes.items()},
+            "iterations": [asdict(record) for record in self.iterations],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+
+class Router(Protocol):
+    """What differs between GWTF and SWARM. ``stateful`` routers keep activations on relays and
+    pass them relay to relay; stateless ones route every hop through the data holder."""
+
+    stateful: bool
+
+    def begin_iteration(
+        self, scenario: Scenario, iteration: int
+    ) -> tuple[Scenario, list[tuple[str, tuple[str | None, ...]]]]: ...
+
+    def place(self, joiner: Join, scenario: Scenario) -> int: ...
+
+    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str: ...
+
+    def observe(self, task: Task, elapsed_s: float) -> None: ...
+
+    def failed(self, mb: Microbatch, relay: str, stage: int) -> None: ...
+
+
+def check_plan(scenario: Scenario, paths: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """A planner's paths, refused loudly if they could not run on ``scenario``."""
+    per_holder: Counter[str] = Counter()
+    per_relay: Counter[str] = Counter()
+    holders = {h.name: h for h in scenario.holders}
+    for path in paths:
+        if len(path) != scenario.stages + 1 or path[0] not in holders:
+            raise ScenarioError(f"plan path {path} is not (holder, one relay per stage)")
+        for stage, name in enumerate(path[1:]):
+            node = scenario.nodes.get(name)
+            if not isinstance(node, Relay) or node.stage != stage:
+                raise ScenarioError(f"plan path {path}: {name!r} does not serve stage {stage}")
+        per_holder[path[0]] += 1
+        per_relay.update(path[1:])
+    for name, count in per_holder.items():
+        if count > holders[name].microbatches:
+            raise ScenarioError(f"plan routes {count} microbatches from holder {name!r}")
+    for name, count in per_relay.items():
+        relay = scenario.nodes[name]
+        if isinstance(relay, Relay) and count > relay.capacity:
+            raise ScenarioError(f"plan gives {count} microbatches to {name!r} ({relay.capacity})")
+    return list(paths)
+
+
+class GwtfRouter:
+    """Stateful relay-to-relay routing along a planned flow, with one-stage crash recovery."""
+
+    stateful = True
+
+    def __init__(self, plan: Planner) -> None:
+        self.plan = plan
+        self._planned: tuple[Scenario, list[tuple[str, ...]]] | None = None
+
+    def begin_iteration(
+        self, scenario: Scenario, iteration: int
+    ) -> tuple[Scenario, list[tuple[str, tuple[str | None, ...]]]]:
+        if self._planned is None or self._planned[0] != scenario:
+            self._planned = (scenario, check_plan(scenario, self.plan(scenario)))
+        return scenario, [(path[0], tuple(path[1:])) for path in self._planned[1]]
+
+    def place(self, joiner: Join, scenario: Scenario) -> int:
+        return bottleneck_stage(scenario.relays, scenario.stages, by="capacity")
+
+    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str:
+        planned = mb.path[stage]
+        if planned is not None and planned not in sim.known_dead:
+            return planned
+        before = mb.path[stage - 1] if stage else mb.holder
+        after = mb.path[stage + 1] if stage + 1 < len(mb.path) else None
+
+        def cost(name: str) -> float:
+            ends = [end for end in (before, after) if end is not None]
+            return sum(sim.scenario.edge_cost(end, name) for end in ends)
+
+        candidates = [r.name for r in sim.scenario.stage(stage) if sim.usable(r.name)]
+        return min(candidates, key=lambda name: (not sim.has_free_slot(name), cost(name), name))
+
+    def observe(self, task: Task, elapsed_s: float) -> None:
+        """GWTF routes by plan, not by measured speed."""
+
+    def failed(self, mb: Microbatch, relay: str, stage: int) -> None:
+        """Nothing to ban: the simulation's known-dead set already steers choices away."""
+
+
+class Simulation:
+    """The event loop and the state of every relay and microbatch; routers decide the rest."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        router: Router,
+        churn: Iterator[ChurnEvent],
+        *,
+        forward_timeout_s: float,
+        backward_timeout_s: float,
+        stage_parameter_bytes: int,
+    ) -> None:
+        self.scenario = scenario
+        self.router = router
+        self.churn = churn
+        self.forward_timeout_s = forward_timeout_s
+        self.backward_timeout_s = backward_timeout_s
+        self.stage_parameter_bytes = stage_parameter_bytes
+        self.now = 0.0
+        self.states = {r.name: RelayState(r, 0.0, idle_since=0.0) for r in scenario.relays}
+        self.known_dead: set[str] = set()
+        self.totals = dict.fromkeys(KINDS, 0.0)
+        self.microbatches: list[Microbatch] = []
+        self._open = 0
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._order = itertools.count()
+        self._started: set[tuple[str, int, int, str]] = set()
+        self._degraded: list[tuple[frozenset[str], float, float]] = []
+        self._joins: list[Join] = []
+        self._log: list[dict[str, Any]] = []
+        self._pull_churn()
+
+    # What routers may ask.
+    def usable(self, name: str) -> bool:
+        """Serving, not leaving and not known dead (a silent crash still looks usable)."""
+        state = self.states.get(name)
+        return (
+            state is not None
+            and not state.leaving
+            and name not in self.known_dead
+            and (state.ended_s is None or state.crashed)
+        )
+
+    def has_free_slot(self, name: str) -> bool:
+        state = self.states[name]
+        return len(state.held) < state.relay.capacity
+
+    # One iteration.
+    def run_iteration(self, index: int) -> IterationRecord:
+        self._log = []
+        while self._heap and self._heap[0][0] <= self.now:
+            self._step()
+        start = self.now
+        self._activate_joiners()
+        scenario, admitted = self.router.begin_iteration(self._live_scenario(), index)
+        self._adopt(scenario)
+        stages = scenario.stages
+        per_holder: Counter[str] = Counter()
+        self.microbatches = []
+        for holder, path in admitted:
+            self.microbatches.append(
+                Microbatch(holder, per_holder[holder], list(path), [None] * stages, [None] * stages)
+            )
+            per_holder[holder] += 1
+        self._open = len(self.microbatches)
+        for mb in self.microbatches:
+            self._advance(mb)
+        while self._open:
+            if not self._heap:
+                raise RuntimeError("microbatches are stuck with nothing left to happen")
+            self._step()
+        compute_end = self.now
+        end = compute_end + self._aggregation_s()
+        trained, lost, duplicates = self._collect()
+        for state in self.states.values():
+            state.kept.clear()
+            state.gradients.clear()
+            state.held.clear()
+        self._started.clear()
+        self.microbatches = []
+        while self._heap and self._heap[0][0] < end:
+            self._step(at=end)
+        self.now = end
+        for state in self.states.values():
+            if state.leaving and state.ended_s is None:
+                self._end_life(state)
+        return IterationRecord(
+            index,
+            start,
+            compute_end,
+            end,
+            len(admitted),
+            trained,
+            lost,
+            duplicates,
+            tuple(self._log),
+        )
+
+    def finish(self, router: str, records: Sequence[IterationRecord]) -> SimResult:
+        for state in self.states.values():
+            if state.ended_s is None:
+                self._end_life(state)
+        lifetimes = {
+            name: (state.alive_since, state.ended_s if state.ended_s is not None else self.now)
+            for name, state in self.states.items()
+        }
+        account = ComputeAccount(
+            *(self.totals[kind] for kind in KINDS),
+            live_relay_s=sum(end - begin for begin, end in lifetimes.values()),
+        )
+        return SimResult(router, tuple(records), account, lifetimes)
+
+    def _step(self, at: float | None = None) -> None:
+        time, _, kind, payload = heapq.heappop(self._heap)
+        self.now = max(self.now, time if at is None else at)
+        getattr(self, f"_on_{kind}")(payload)
+
+    def _push(self, time: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self._heap, (time, next(self._order), kind, payload))
+
+    def _pull_churn(self) -> None:
+        event = next(self.churn, None)
+        if event is not None:
+            self._push(event.time_s, "churn", event)
+
+    def _live_scenario(self) -> Scenario:
+        """Who serves the next iteration. Membership is settled between iterations: the
+        all-reduce needs every replica, so it reveals the crashed ones."""
+        self.known_dead.update(name for name, state in self.states.items() if state.crashed)
+        relays = tuple(state.relay for state in self.states.values() if state.ended_s is None)
+        base = self.scenario
+        return Scenario(base.stages, relays, base.holders, base.activation_bytes)
+
+    def _adopt(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        for relay in scenario.relays:
+            state = self.states[relay.name]
+            if state.relay.stage != relay.stage:
+                move = {"from_stage": state.relay.stage, "to_stage": relay.stage}
+                self._log.append({"type": "rebalance", "relay": relay.name, **move})
+            state.relay = relay
+
+    def _activate_joiners(self) -> None:
+        for join in self._joins:
+            stage = self.router.place(join, self._live_scenario())
+            relay = Relay(join.name, stage, join.compute_s, join.capacity, join.region)
+            self.states[join.name] = RelayState(relay, self.now, idle_since=self.now)
+            self._log.append({"type": "activate", "relay": join.name, "stage": stage})
+        self._joins = []
+
+    # Microbatch progress.
+    def _advance(self, mb: Microbatch) -> None:
+        """Start the microbatch's next task: the next forward stage, else the highest stage still
+        lacking a gradient; first recomputing, in order, any lost output that task needs."""
+        if mb.pending is not None or mb.done:
+            return
+        for name in {*mb.path, *mb.output_at, *mb.gradient_at} & self.known_dead:
+            self._forget(mb, name)
+        stages = len(mb.path)
+        stateful = self.router.stateful
+        if mb.reached < stages - 1:
+            target, backward = mb.reached + 1, False
+        else:
+            missing = [s for s in range(stages) if mb.gradient_at[s] is None]
+            if not missing:
+                self._finish(mb)
+                return
+            target, backward = max(missing), True
+        stage = target
+        while stateful and stage > 0 and mb.output_at[stage - 1] is None:
+            stage -= 1
+        if stage < target:
+            self._dispatch(mb, stage, forward=True, backward=False)
+        elif backward and stateful and mb.output_at[stage] is not None:
+            self._dispatch(mb, stage, forward=False, backward=True)
+        else:
+            turn = backward or (stateful and stage == stages - 1)
+            self._dispatch(mb, stage, forward=True, backward=turn)
+
+    def _forget(self, mb: Microbatch, name: str) -> None:
+        for stage in range(len(mb.path)):
+            if mb.path[stage] == name:
+                mb.path[stage] = None
+            if self.router.stateful and mb.output_at[stage] == name:
+                mb.output_at[stage] = None
+            if self.router.stateful and mb.gradient_at[stage] == name:
+                mb.gradient_at[stage] = None
+
+    def _finish(self, mb: Microbatch) -> None:
+        """Done, unless a GWTF relay keeping one of its gradients has crashed meanwhile."""
+        if self.router.stateful:
+            gone = sorted({n for n in mb.gradient_at if n and self.states[n].crashed})
+            if gone:
+                crashed_s = self.states[gone[0]].ended_s
+                assert crashed_s is not None, "a crashed relay has an end"
+                self._wait(mb, gone[0], at=max(self.now, crashed_s + self.backward_timeout_s))
+                return
+        mb.done = True
+        self._open -= 1
+
+    def _wait(self, mb: Microbatch, relay: str, *, at: float) -> None:
+        wait = Wait(relay)
+        mb.pending = wait
+        self._push(at, "detect", (mb, wait))
+
+    def _timeout_s(self, task: Task) -> float:
+        return self.backward_timeout_s if task.backward else self.forward_timeout_s
+
+    def _dispatch(self, mb: Microbatch, stage: int, *, forward: bool, backward: bool) -> None:
+        relay = self.router.choose(mb, stage, not backward, self)
+        mb.path[stage] = relay
+        task = Task(mb, stage, relay, forward, backward, sent_s=self.now)
+        sources = self._sources(mb, stage, forward, backward)
+        ends = [relay, *(node for node, _ in sources)]
+        dead = [n for n in ends if n in self.states and self.states[n].crashed]
+        if dead:
+            self._wait(mb, dead[0], at=self.now + self._timeout_s(task))
+            return
+        travel = max((self._transfer_s(node, relay, size) for node, size in sources), default=0.0)
+        mb.pending = task
+        self._push(self.now + travel, "arrive", task)
+
+    def _sources(
+        self, mb: Microbatch, stage: int, forward: bool, backward: bool
+    ) -> list[tuple[str, int]]:
+        """Who sends what for a task: SWARM's trainer sends the stage input (and, for a
+        backward, the output gradient too); GWTF relays send their kept output and gradient."""
+        size = self.scenario.activation_bytes
+        if not self.router.stateful:
+            return [(mb.holder, 2 * size if backward else size)]
+        sources = []
+        if forward:
+            sources.append((mb.output_at[stage - 1] if stage else mb.holder, size))
+        if backward and stage + 1 < len(mb.path):
+            sources.append((mb.gradient_at[stage + 1], size))
+        assert all(node is not None for node, _ in sources), "a task lacks its inputs"
+        return [(str(node), size) for node, size in sources]
+
+    def _transfer_s(self, source: str, target: str, size: int) -> float:
+        if source == target:
+            return 0.0
+        regions = (self.scenario.nodes[source].region, self.scenario.nodes[target].region)
+        latency, bandwidth = link(*regions)
+        pair = frozenset(regions)
+        slowdown = max(
+            (
+                factor
+                for where, factor, until in self._degraded
+                if where == pair and until > self.now
+            ),
+            default=1.0,
+        )
+        return latency + size * slowdown / bandwidth
+
+    # Relays.
+    def _start_next(self, state: RelayState) -> None:
+        if state.current is not None or not state.queue:
+            return
+        task = state.queue.popleft()
+        if state.idle_since is not None:
+            self.totals["idle"] += self.now - state.idle_since
+            state.idle_since = None
+        compute = state.relay.compute_s
+        parts = [("forward", compute)] if task.forward else []
+        parts += [("backward", 2 * compute)] if task.backward else []
+        for part, seconds in parts:
+            key = (*task.mb.key, task.stage, part)
+            task.work.append(("recomputed" if key in self._started else "useful", seconds))
+            self._started.add(key)
+        task.started_s = self.now
+        state.current = task
+        self._push(self.now + sum(seconds for _, seconds in parts), "done", task)
+
+    def _end_life(self, state: RelayState) -> None:
+        if state.idle_since is not None:
+            self.totals["idle"] += self.now - state.idle_since
+            state.idle_since = None
+        if state.current is not None and state.current.started_s is not None:
+            self.totals["discarded"] += self.now - state.current.started_s
+        state.ended_s = self.now
+
+    def _crash(self, state: RelayState) -> None:
+        name = state.relay.name
+        self._end_life(state)
+        state.crashed = True
+        for kind, seconds in state.kept:
+            self.totals[kind] -= seconds
+            self.totals["discarded"] += seconds
+        for container in (state.kept, state.gradients, state.held, state.queue, state.waiting):
+            container.clear()
+        state.current = None
+        for mb in self.microbatches:
+            pending = mb.pending
+            if isinstance(pending, Task) and pending.relay == name and not pending.finished:
+                pending.failed = True
+                self._wait(mb, name, at=self.now + self._timeout_s(pending))
+            elif mb.done and self.router.stateful and name in mb.gradient_at:
+                mb.done = False
+                self._open += 1
+                self._wait(mb, name, at=self.now + self.backward_timeout_s)
+        self._push(self.now + self.forward_timeout_s, "known_dead", name)
+
+    # Events.
+    def _on_arrive(self, task: Task) -> None:
+        if task.failed:
+            return
+        state = self.states[task.relay]
+        key = task.mb.key
+        if self.router.stateful and task.forward and key not in state.held:
+            if len(state.held) >= state.relay.capacity and task.stage > task.mb.reached:
+                state.waiting.append(task)
+                return
+            state.held.add(key)
+        state.queue.append(task)
+        self._start_next(state)
+
+    def _on_done(self, task: Task) -> None:
+        if task.failed:
+            return
+        state = self.states[task.relay]
+        state.current = None
+        state.idle_since = self.now
+        task.finished = True
+        for kind, seconds in task.work:
+            self.totals[kind] += seconds
+        stateful = self.router.stateful
+        if stateful or task.backward:
+            state.kept.extend(task.work)
+        if task.backward:
+            state.gradients.append((task.mb.key, task.stage))
+            state.held.discard(task.mb.key)
+            while state.waiting and len(state.held) < state.relay.capacity:
+                admitted = state.waiting.popleft()
+                state.held.add(admitted.mb.key)
+                state.queue.append(admitted)
+        if stateful:
+            self._on_result(task)
+        else:
+            reply = 0 if task.backward and task.stage == 0 else self.scenario.activation_bytes
+            self._push(
+                self.now + self._transfer_s(task.relay, task.mb.holder, reply), "result", task
+            )
+        self._start_next(state)
+
+    def _on_result(self, task: Task) -> None:
+        mb = task.mb
+        if mb.pending is not task:
+            return
+        mb.pending = None
+        self.router.observe(task, self.now - task.sent_s)
+        if task.forward:
+            mb.output_at[task.stage] = task.relay if self.router.stateful else mb.holder
+            mb.reached = max(mb.reached, task.stage)
+        if task.backward:
+            mb.gradient_at[task.stage] = task.relay
+        self._advance(mb)
+
+    def _on_detect(self, payload: tuple[Microbatch, Wait]) -> None:
+        mb, wait = payload
+        if mb.pending is not wait:
+            return
+        mb.pending = None
+        self.known_dead.add(wait.relay)
+        self.router.failed(mb, wait.relay, self.states[wait.relay].relay.stage)
+        self._advance(mb)
+
+    def _on_known_dead(self, name: str) -> None:
+        self.known_dead.add(name)
+
+    def _on_churn(self, event: ChurnEvent) -> None:
+        self._pull_churn()
+        record = describe(event)
+        record["applied_s"] = self.now
+        skipped = self._apply(event)
+        if skipped:
+            record["skipped"] = skipped
+        self._log.append(record)
+
+    def _apply(self, event: ChurnEvent) -> str | None:
+        """Apply one churn event; say why not when it cannot apply."""
+        if isinstance(event, Degrade):
+            self._degraded.append(
+                (frozenset(event.regions), event.factor, self.now + event.duration_s)
+            )
+            return None
+        if isinstance(event, Join):
+            if event.name in self.states or any(j.name == event.name for j in self._joins):
+                return "name already taken"
+            self._joins.append(event)
+            return None
+        pending = [join for join in self._joins if join.name == event.relay]
+        if pending:
+            self._joins.remove(pending[0])
+            return None
+        state = self.states.get(event.relay)
+        if state is None or state.ended_s is not None:
+            return "relay is not serving"
+        if isinstance(event, Leave) and state.leaving:
+            return "relay is already leaving"
+        staying = [
+            peer
+            for peer in self.states.values()
+            if peer.relay.stage == state.relay.stage and peer.ended_s is None and not peer.leaving
+        ]
+        if not state.leaving and len(staying) < 2:
+            return "last relay of its stage"
+        if isinstance(event, Leave):
+            state.leaving = True
+        else:
+            self._crash(state)
+        return None
+
+    # End of iteration.
+    def _aggregation_s(self) -> float:
+        longest = 0.0
+        members: dict[int, list[str]] = {}
+        for name, state in self.states.items():
+            if state.ended_s is None:
+                members.setdefault(state.relay.stage, []).append(name)
+        for names in members.values():
+            for a, b in itertools.combinations(names, 2):
+                longest = max(longest, self._transfer_s(a, b, self.stage_parameter_bytes))
+        return longest
+
+    def _collect(
+        self,
+    ) -> tuple[tuple[TrainedMicrobatch, ...], tuple[MicrobatchKey, ...], int]:
+        """Which microbatches every stage's average really contains, read from the live relays'
+        gradients rather than from the microbatches' own bookkeeping."""
+        stages = self.scenario.stages
+        holders: dict[MicrobatchKey, list[list[str]]] = {
+            mb.key: [[] for _ in range(stages)] for mb in self.microbatches
+        }
+        for name, state in self.states.items():
+            if not state.crashed:
+                for key, stage in state.gradients:
+                    holders[key][stage].append(name)
+        trained, lost, duplicates = [], [], 0
+        for key, per_stage in holders.items():
+            duplicates += sum(len(names) > 1 for names in per_stage)
+            if all(per_stage):
+                trained.append(TrainedMicrobatch(*key, tuple(names[0] for names in per_stage)))
+            else:
+                lost.append(key)
+        return tuple(trained), tuple(lost), duplicates
+
+
+def _default_plan() -> Planner:
+    from seedflood.pipeline.flow import optimal_flow
+
+    return lambda scenario: optimal_flow(scenario).paths
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    router: str,
+    plan: Planner | None = None,
+    churn: ChurnSchedule | ChurnRates | str = "none",
+    microbatches_target: int,
+    seed: int = 0,
+    forward_timeout_s: float = 20.0,
+    backward_timeout_s: float = 20.0,
+    stage_parameter_bytes: int | None = None,
+    rebalance_every: int = 5,
+) -> SimResult:
+    """Train until ``microbatches_target`` microbatches are in the averaged gradients.
+
+    ``plan`` routes GWTF's iterations (default: the centralized optimal flow); SWARM ignores it.
+    ``churn`` is an explicit schedule, rates, or a preset name ("none", "low", "high") drawn
+    with ``seed``. Timeouts are how long a sender waits on a silent relay (20 s as in the GWTF
+    prototype). ``stage_parameter_bytes`` is what a stage's replicas average per iteration
+    (default: SmolLM2-135M's fp32 gradients split over the stages). SWARM rebalances every
+    ``rebalance_every`` iterations (0: never).
+    """
+    if router not in ROUTERS:
+        raise ScenarioError(f"router must be one of {', '.join(ROUTERS)}; got {router!r}")
+    if microbatches_target < 1:
+        raise ScenarioError(f"microbatches_target must be >= 1; got {microbatches_target}")
+    if forward_timeout_s <= 0 or backward_timeout_s <= 0:
+        raise ScenarioError("forward_timeout_s and backward_timeout_s must be > 0")
+    if rebalance_every < 0:
+        raise ScenarioError(f"rebalance_every must be >= 0; got {rebalance_every}")
+    routing: Router = (
+        GwtfRouter(plan or _default_plan())
+        if router == "gwtf"
+        else SwarmRouter(scenario, rebalance_every=rebalance_every, seed=seed)
+    )
+    events = (
+        iter(churn)
+        if isinstance(churn, ChurnSchedule)
+        else churn_events(scenario, resolve_rates(churn), seed)
+    )
+    sim = Simulation(
+        scenario,
+        routing,
+        events,
+        forward_timeout_s=forward_timeout_s,
+        backward_timeout_s=backward_timeout_s,
+        stage_parameter_bytes=(
+            DEFAULT_MODEL_GRADIENT_BYTES // scenario.stages
+            if stage_parameter_bytes is None
+            else stage_parameter_bytes
+        ),
+    )
+    records: list[IterationRecord] = []
+    trained = 0
+    while trained < microbatches_target:
+        record = sim.run_iteration(len(records))
+        if not record.admitted:
+            raise ScenarioError(f"iteration {record.index} admitted no microbatch")
+        records.append(record)
+        trained += record.microbatches
+    return sim.finish(router, records)
