@@ -13,14 +13,13 @@ from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from seedflood.models import cache_dir, load_model
+from seedflood.pipeline.calibration import llama_from_smollm2, measure_stage_seconds
 from seedflood.pipeline.stages import (
     IGNORE_INDEX,
     PipelineTrainer,
     Stage,
     StageInputs,
     StageWorker,
-    llama_from_smollm2,
-    measure_stage_seconds,
     split_llama,
 )
 

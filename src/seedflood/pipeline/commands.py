@@ -119,10 +119,23 @@ def pipeline_scenario(
     holders: Annotated[int, typer.Option()] = 2,
     regions: Annotated[int, typer.Option(help="How many of the 12 regions to use")] = 10,
     heterogeneous: Annotated[bool, typer.Option()] = True,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per microbatch")] = 8,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence")] = 256,
+    calibrate: Annotated[
+        bool, typer.Option(help="Time a stage of SmolLM2-135M's shape here for compute_s")
+    ] = False,
 ) -> None:
-    """Write a seeded random scenario."""
-    from seedflood.pipeline.costs import ScenarioError, random_scenario
+    """Write a seeded random scenario for SmolLM2-135M's shape (hidden size 576)."""
+    from seedflood.pipeline.costs import ScenarioError, activation_bytes, random_scenario
 
+    compute_s = 0.5
+    if calibrate:
+        from seedflood.pipeline.calibration import llama_from_smollm2, measure_stage_seconds
+        from seedflood.pipeline.stages import split_llama
+
+        parts = split_llama(llama_from_smollm2(), stages)
+        compute_s = measure_stage_seconds(parts[len(parts) // 2], micro_batch, seq_len)
+        console.print(f"a middle stage's forward takes {compute_s:.3f} s on this machine")
     try:
         scenario = random_scenario(
             seed,
@@ -131,6 +144,8 @@ def pipeline_scenario(
             holders=holders,
             regions=regions,
             heterogeneous=heterogeneous,
+            compute_s=compute_s,
+            activation=activation_bytes(micro_batch, seq_len, 576),
         )
     except ScenarioError as error:
         raise _fail(error) from None

@@ -24,11 +24,11 @@ from seedflood.metrics import atomic_write_json
 from seedflood.pipeline.costs import Scenario, random_scenario
 from seedflood.pipeline.flow import optimal_flow
 from seedflood.pipeline.gwtf import decentralized_flow
+from seedflood.pipeline.routing import Planner
 from seedflood.pipeline.sim import SimResult, simulate
 from seedflood.pipeline.stages import PipelineTrainer, split_llama
 
 PLANNERS = ("decentralized", "optimal")
-Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
 
 
 def planner(name: str, seed: int) -> Planner:

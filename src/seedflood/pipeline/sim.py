@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from seedflood.pipeline.churn import (
     ChurnEvent,
@@ -48,248 +46,30 @@ from seedflood.pipeline.churn import (
     Degrade,
     Join,
     Leave,
-    bottleneck_stage,
     churn_events,
     describe,
     resolve_rates,
 )
 from seedflood.pipeline.costs import Relay, Scenario, ScenarioError, link
+from seedflood.pipeline.records import (
+    ComputeAccount,
+    IterationRecord,
+    Microbatch,
+    MicrobatchKey,
+    RelayState,
+    SimResult,
+    Task,
+    TrainedMicrobatch,
+    Wait,
+)
+from seedflood.pipeline.routing import GwtfRouter, Planner, Router
 from seedflood.pipeline.swarm import SwarmRouter
 
-Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
 ROUTERS = ("gwtf", "swarm")
 # fp32 gradients of SmolLM2-135M (134,515,008 parameters), the project's default model, split
 # evenly over the stages when no stage size is given.
 DEFAULT_MODEL_GRADIENT_BYTES = 134_515_008 * 4
 KINDS = ("useful", "recomputed", "discarded", "idle")
-MicrobatchKey = tuple[str, int]
-
-
-@dataclass(eq=False)
-class Microbatch:
-    """Where each stage's work stands: the relay routed to, and who keeps the stage's output and
-    gradient (a relay, or the holder itself for SWARM outputs); None = not there or lost."""
-
-    holder: str
-    index: int
-    path: list[str | None]
-    output_at: list[str | None]
-    gradient_at: list[str | None]
-    reached: int = -1
-    pending: Task | Wait | None = None
-    done: bool = False
-
-    @property
-    def key(self) -> MicrobatchKey:
-        return (self.holder, self.index)
-
-
-@dataclass(eq=False)
-class Task:
-    """One relay's turn on one stage of a microbatch: a forward, a backward, or both (the last
-    stage turning round, a recovery, or SWARM's stateless backward). ``work`` is how its compute
-    will be booked, decided when it starts."""
-
-    mb: Microbatch
-    stage: int
-    relay: str
-    forward: bool
-    backward: bool
-    sent_s: float
-    work: list[tuple[str, float]] = field(default_factory=list)
-    started_s: float | None = None
-    finished: bool = False
-    failed: bool = False
-
-
-@dataclass(eq=False)
-class Wait:
-    """A microbatch stuck on a relay that is gone, until its timeout notices."""
-
-    relay: str
-
-
-@dataclass(eq=False)
-class RelayState:
-    """A relay's life: its queue, the slots its kept activations take (``held``), and this
-    iteration's finished work and gradients, which a crash throws away."""
-
-    relay: Relay
-    alive_since: float
-    idle_since: float | None
-    ended_s: float | None = None
-    crashed: bool = False
-    leaving: bool = False
-    current: Task | None = None
-    queue: deque[Task] = field(default_factory=deque)
-    waiting: deque[Task] = field(default_factory=deque)
-    held: set[MicrobatchKey] = field(default_factory=set)
-    kept: list[tuple[str, float]] = field(default_factory=list)
-    gradients: list[tuple[MicrobatchKey, int]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TrainedMicrobatch:
-    """The relay per stage whose gradient for this microbatch entered the stage's average."""
-
-    holder: str
-    index: int
-    path: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class IterationRecord:
-    """One iteration: compute until ``compute_end_s``, then the all-reduce until ``end_s``.
-    ``lost`` are admitted microbatches missing from some stage's average (SWARM only);
-    ``events`` are the churn events that fell in it, with the reason when one was skipped."""
-
-    index: int
-    start_s: float
-    compute_end_s: float
-    end_s: float
-    admitted: int
-    trained: tuple[TrainedMicrobatch, ...]
-    lost: tuple[MicrobatchKey, ...]
-    duplicate_gradients: int
-    events: tuple[dict[str, Any], ...]
-
-    @property
-    def microbatches(self) -> int:
-        return len(self.trained)
-
-
-@dataclass(frozen=True)
-class ComputeAccount:
-    """Relay-seconds by use; ``live_relay_s`` is the sum of the relays' lifetimes, which the
-    four kinds add up to."""
-
-    useful_s: float
-    recomputed_s: float
-    discarded_s: float
-    idle_s: float
-    live_relay_s: float
-
-    @property
-    def accounted_s(self) -> float:
-        return self.useful_s + self.recomputed_s + self.discarded_s + self.idle_s
-
-
-@dataclass(frozen=True)
-class SimResult:
-    router: str
-    iterations: tuple[IterationRecord, ...]
-    compute: ComputeAccount
-    lifetimes: dict[str, tuple[float, float]]
-
-    @property
-    def total_time_s(self) -> float:
-        return self.iterations[-1].end_s if self.iterations else 0.0
-
-    @property
-    def microbatches_trained(self) -> int:
-        return sum(record.microbatches for record in self.iterations)
-
-    @property
-    def throughput(self) -> float:
-        """Microbatches trained per second of wall time."""
-        return self.microbatches_trained / self.total_time_s if self.total_time_s else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "router": self.router,
-            "total_time_s": self.total_time_s,
-            "microbatches_trained": self.microbatches_trained,
-            "throughput": self.throughput,
-            "compute": asdict(self.compute),
-            "lifetimes": {name: list(span) for name, span in self.lifetimes.items()},
-            "iterations": [asdict(record) for record in self.iterations],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
-
-
-class Router(Protocol):
-    """What differs between GWTF and SWARM. ``stateful`` routers keep activations on relays and
-    pass them relay to relay; stateless ones route every hop through the data holder."""
-
-    stateful: bool
-
-    def begin_iteration(
-        self, scenario: Scenario, iteration: int
-    ) -> tuple[Scenario, list[tuple[str, tuple[str | None, ...]]]]: ...
-
-    def place(self, joiner: Join, scenario: Scenario) -> int: ...
-
-    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str: ...
-
-    def observe(self, task: Task, elapsed_s: float) -> None: ...
-
-    def failed(self, mb: Microbatch, relay: str, stage: int) -> None: ...
-
-
-def check_plan(scenario: Scenario, paths: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """A planner's paths, refused loudly if they could not run on ``scenario``."""
-    per_holder: Counter[str] = Counter()
-    per_relay: Counter[str] = Counter()
-    holders = {h.name: h for h in scenario.holders}
-    for path in paths:
-        if len(path) != scenario.stages + 1 or path[0] not in holders:
-            raise ScenarioError(f"plan path {path} is not (holder, one relay per stage)")
-        for stage, name in enumerate(path[1:]):
-            node = scenario.nodes.get(name)
-            if not isinstance(node, Relay) or node.stage != stage:
-                raise ScenarioError(f"plan path {path}: {name!r} does not serve stage {stage}")
-        per_holder[path[0]] += 1
-        per_relay.update(path[1:])
-    for name, count in per_holder.items():
-        if count > holders[name].microbatches:
-            raise ScenarioError(f"plan routes {count} microbatches from holder {name!r}")
-    for name, count in per_relay.items():
-        relay = scenario.nodes[name]
-        if isinstance(relay, Relay) and count > relay.capacity:
-            raise ScenarioError(f"plan gives {count} microbatches to {name!r} ({relay.capacity})")
-    return list(paths)
-
-
-class GwtfRouter:
-    """Stateful relay-to-relay routing along a planned flow, with one-stage crash recovery."""
-
-    stateful = True
-
-    def __init__(self, plan: Planner) -> None:
-        self.plan = plan
-        self._planned: tuple[Scenario, list[tuple[str, ...]]] | None = None
-
-    def begin_iteration(
-        self, scenario: Scenario, iteration: int
-    ) -> tuple[Scenario, list[tuple[str, tuple[str | None, ...]]]]:
-        if self._planned is None or self._planned[0] != scenario:
-            self._planned = (scenario, check_plan(scenario, self.plan(scenario)))
-        return scenario, [(path[0], tuple(path[1:])) for path in self._planned[1]]
-
-    def place(self, joiner: Join, scenario: Scenario) -> int:
-        return bottleneck_stage(scenario.relays, scenario.stages, by="capacity")
-
-    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str:
-        planned = mb.path[stage]
-        if planned is not None and planned not in sim.known_dead:
-            return planned
-        before = mb.path[stage - 1] if stage else mb.holder
-        after = mb.path[stage + 1] if stage + 1 < len(mb.path) else None
-
-        def cost(name: str) -> float:
-            ends = [end for end in (before, after) if end is not None]
-            return sum(sim.scenario.edge_cost(end, name) for end in ends)
-
-        candidates = [r.name for r in sim.scenario.stage(stage) if sim.usable(r.name)]
-        return min(candidates, key=lambda name: (not sim.has_free_slot(name), cost(name), name))
-
-    def observe(self, task: Task, elapsed_s: float) -> None:
-        """GWTF routes by plan, not by measured speed."""
-
-    def failed(self, mb: Microbatch, relay: str, stage: int) -> None:
-        """Nothing to ban: the simulation's known-dead set already steers choices away."""
 
 
 class Simulation:

@@ -11,18 +11,14 @@ tensors its neighbours kept (GWTF's crash recovery, as in the authors' 2024 prot
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import LlamaConfig, PreTrainedModel
 from transformers.masking_utils import create_causal_mask
-
-from seedflood.models import _CACHE_NAME, cache_dir
 
 IGNORE_INDEX = -100
 
@@ -407,65 +403,3 @@ class PipelineTrainer:
 
 def _position_of(stage: Stage, target: nn.Parameter) -> int:
     return next(i for i, parameter in enumerate(stage.parameters()) if parameter is target)
-
-
-def measure_stage_seconds(stage: Stage, micro_batch: int, seq_len: int, repeats: int = 3) -> float:
-    """Median wall time of one forward of `stage`, to calibrate the simulator's compute costs.
-
-    Inputs are random ids or hidden states of the right shape, since cost does not depend on
-    values. One untimed warm-up absorbs first-call allocation; autograd is off because the
-    arithmetic is the same and the simulator derives the backward as a multiple of this.
-    """
-    if min(micro_batch, seq_len, repeats) < 1:
-        raise ValueError("micro_batch, seq_len and repeats must all be >= 1")
-    shape = (micro_batch, seq_len)
-    ids = torch.randint(stage.config.vocab_size, shape, generator=torch.Generator().manual_seed(0))
-    activations = (
-        ids if stage.embed_tokens is not None else torch.randn(*shape, stage.config.hidden_size)
-    )
-    mask = torch.ones(micro_batch, seq_len, dtype=torch.long)
-    timings = []
-    with torch.no_grad():
-        for attempt in range(repeats + 1):
-            started = time.perf_counter()
-            stage(activations, mask, ids)
-            if attempt:
-                timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
-
-
-def llama_from_smollm2(layers: int | None = None, seed: int = 0) -> LlamaForCausalLM:
-    """A randomly initialised Llama with SmolLM2-135M's shape, for pipeline experiments.
-
-    Pipeline timing needs real layer sizes but not trained weights, so nothing is downloaded:
-    the config saved next to the converted SmolLM2 is used when present, else SmolLM2-135M's
-    published dimensions. Fewer layers make cheaper stages of the same width.
-    """
-    saved = cache_dir() / _CACHE_NAME
-    if (saved / "config.json").is_file():
-        config = LlamaConfig.from_pretrained(saved)
-    else:
-        config = LlamaConfig(
-            vocab_size=49152,
-            hidden_size=576,
-            intermediate_size=1536,
-            num_hidden_layers=30,
-            num_attention_heads=9,
-            num_key_value_heads=3,
-            max_position_embeddings=8192,
-            rms_norm_eps=1e-5,
-            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
-            tie_word_embeddings=True,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=2,
-        )
-    if layers is not None:
-        if layers < 1:
-            raise ValueError(f"layers must be >= 1, got {layers}")
-        config.num_hidden_layers = layers
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.eval()
-    return model.requires_grad_(False)

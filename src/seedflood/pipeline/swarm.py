@@ -26,7 +26,8 @@ from seedflood.pipeline.churn import Join, bottleneck_stage
 from seedflood.pipeline.costs import Relay, Scenario
 
 if TYPE_CHECKING:
-    from seedflood.pipeline.sim import Microbatch, Simulation, Task
+    from seedflood.pipeline.records import Microbatch, Task
+    from seedflood.pipeline.sim import Simulation
 
 EMA_ALPHA = 0.1
 FORWARD_TASK_SIZE = 1.0
