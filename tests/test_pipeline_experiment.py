@@ -4,6 +4,7 @@ grid resumes, the report quotes ratios, and the command line refuses bad input b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,9 @@ def test_the_command_line_runs_a_scenario_and_reports_it(tmp_path: Path) -> None
         app, ["pipeline", "scenario", str(scenario), "--stages", "2", "--relays-per-stage", "3"]
     )
     assert made.exit_code == 0, made.output
+    routed = runner.invoke(app, ["pipeline", "flow", str(scenario)])
+    values = re.findall(r"(centralized|decentralized): (\d+) microbatches", routed.output)
+    assert routed.exit_code == 0 and len(values) == 2 and values[0][1] == values[1][1]
     for router in ("gwtf", "swarm"):
         result = runner.invoke(
             app,

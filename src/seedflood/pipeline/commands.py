@@ -192,3 +192,29 @@ def pipeline_compare(
             raise _fail(error) from None
         bar.update(task, completed=cells)
     console.print(f"report: {write_pipeline_report(runs, out)}")
+
+
+@pipeline_app.command("flow")
+def pipeline_flow(
+    scenario_file: Annotated[Path, typer.Argument(help="YAML scenario")],
+    seed: Annotated[int, typer.Option(help="Seed of the decentralized algorithm")] = 0,
+) -> None:
+    """Route one iteration: the centralized optimum against GWTF's decentralized algorithm."""
+    from seedflood.pipeline.costs import Scenario, ScenarioError
+    from seedflood.pipeline.flow import optimal_flow
+    from seedflood.pipeline.gwtf import decentralized_flow
+
+    try:
+        scenario = Scenario.load(scenario_file)
+    except ScenarioError as error:
+        raise _fail(error) from None
+    for name, solution in (
+        ("centralized", optimal_flow(scenario)),
+        ("decentralized", decentralized_flow(scenario, seed)),
+    ):
+        console.print(
+            f"{name:>13}: {solution.value} microbatches, max path cost "
+            f"{solution.max_path_cost:.3f} s, iteration {solution.iteration_time():.3f} s, "
+            f"{solution.cost_per_microbatch():.3f} s per microbatch, solved in "
+            f"{solution.seconds:.3f} s"
+        )
