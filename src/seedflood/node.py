@@ -132,13 +132,7 @@ class Node:
             raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
         torch.manual_seed(self.config.seed)
         self.experiment = build(self.config)
-        self.dht = hivemind.DHT(
-            initial_peers=options.initial_peers or None,
-            host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
-            identity_path=str(options.state_dir / "identity.key"),
-            check_if_identity_free=False,
-            start=True,
-        )
+        self.dht = self._start_dht(hivemind)
         addresses = [str(a) for a in self.dht.get_visible_maddrs()]
         atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
         self.say(f"peer {self.dht.peer_id.to_base58()} listening on {' '.join(addresses)}")
@@ -184,6 +178,32 @@ class Node:
         self.link.start()
         if self.state.replayed:
             self.say(f"client {me}: replayed {self.state.replayed} logged messages")
+
+    def _start_dht(self, hivemind: Any, attempts: int = 4) -> Any:
+        """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
+        on a loaded machine or a slow link: try again a few times before giving up."""
+        from hivemind.p2p import P2PDaemonError
+
+        options = self.options
+        attempt = 1
+        while True:
+            try:
+                return hivemind.DHT(
+                    initial_peers=options.initial_peers or None,
+                    host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
+                    identity_path=str(options.state_dir / "identity.key"),
+                    check_if_identity_free=False,
+                    start=True,
+                )
+            except P2PDaemonError as error:
+                if attempt == attempts:
+                    raise PeerError(
+                        f"could not join through {' '.join(options.initial_peers)} after "
+                        f"{attempts} attempts: {error}"
+                    ) from None
+                self.say(f"could not reach the bootstrap peers ({error}); retrying")
+                time.sleep(2.0 * attempt)
+                attempt += 1
 
     def _seat(self) -> tuple[int, Members, float]:
         """This peer's client index, the members it knows of, and its join time."""
