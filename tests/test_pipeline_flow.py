@@ -283,3 +283,17 @@ def test_same_seed_same_routing() -> None:
 def test_remove_names_unknown_nodes() -> None:
     with pytest.raises(ValueError, match="no node named 'ghost'"):
         DecentralizedFlow(scenario_mix(0), seed=0).remove("ghost")
+
+
+def test_a_relay_that_leaves_and_comes_back_under_its_name_is_routed_again() -> None:
+    scenario = scenario_mix(2)
+    flow = DecentralizedFlow(scenario, seed=5)
+    optimum = flow.run().value
+    busiest = Counter(r for path in flow.solution().paths for r in path[1:]).most_common(1)[0][0]
+    relay = scenario.nodes[busiest]
+    flow.remove(busiest)
+    flow.run()
+    flow.add(relay)
+    again = flow.run()
+    validate(scenario, again)
+    assert again.value == optimum == optimal_flow(scenario).value

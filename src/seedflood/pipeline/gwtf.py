@@ -134,6 +134,7 @@ class DecentralizedFlow:
         self.mailbox = Mailbox()
         self.tick = 0
         self.nodes: dict[str, FlowNode] = {}
+        self.retired_serials: dict[str, int] = {}
         for holder in scenario.holders:
             self._spawn(holder.name, HOLDERS, holder.microbatches)
         for relay in scenario.relays:
@@ -168,7 +169,7 @@ class DecentralizedFlow:
         if name not in self.nodes:
             raise ValueError(f"no node named {name!r}; nodes: {', '.join(self.nodes)}")
         self.scenario = self.scenario.without(name)
-        del self.nodes[name]
+        self.retired_serials[name] = self.nodes.pop(name).serial
         self.mailbox.drop(name)
         for node in self.nodes.values():
             node.peer_down(name)
@@ -219,7 +220,7 @@ class DecentralizedFlow:
             same=tuple(n for n in self._members(stage) if n != name),
             next=self._members(stage + 1) if stage + 1 < self.scenario.stages else (),
         )
-        self.nodes[name] = FlowNode(
+        node = self.nodes[name] = FlowNode(
             name,
             stage,
             capacity,
@@ -231,6 +232,9 @@ class DecentralizedFlow:
             self.t0,
             self.cooling,
         )
+        # a relay that comes back under its old name must not reuse link names its
+        # neighbours may still hold from before it left
+        node.serial = self.retired_serials.get(name, 0)
 
 
 def decentralized_flow(scenario: Scenario, seed: int, max_ticks: int = 3000) -> FlowSolution:
