@@ -291,14 +291,14 @@ class Node:
     # -- serving ------------------------------------------------------------------------------
 
     def _on_flood(self, caller: str, data: bytes) -> None:
-        frame = Frame.decode(data)
-        messages, _ = decode_packet(frame.body) if frame.body else ([], "")
-        self._take(caller, messages, carried_from_json(frame.header.get("carried")), frame)
+        self._take(caller, Frame.decode(data))
         return None
 
-    def _take(self, caller: str, messages: list, carried: dict, frame: Frame) -> int:
-        """Hold what is new and push it on to every neighbour but the one it came from; how
-        many messages were new."""
+    def _take(self, caller: str, frame: Frame) -> int:
+        """Hold what a flood or sync frame brings that is new and push it on to every neighbour
+        but the one it came from; how many messages were new."""
+        messages, _ = decode_packet(frame.body) if frame.body else ([], "")
+        carried = carried_from_json(frame.header.get("carried"))
         with self.cond:
             seats = len(self.state.members.seats)
             fresh = self.state.receive(messages, carried)
@@ -370,12 +370,10 @@ class Node:
             if reply is None:
                 continue
             frame = Frame.decode(reply)
-            messages, _ = decode_packet(frame.body) if frame.body else ([], "")
             with self.cond:
                 if self.state.learn(Members.from_json(frame.header["members"])):
                     self._rewire()
-            carried = carried_from_json(frame.header.get("carried"))
-            found += self._take(peer, messages, carried, Frame({}))
+            found += self._take(peer, frame)
         return found
 
     # -- the loop -----------------------------------------------------------------------------

@@ -242,11 +242,11 @@ class PeerState:
         for index, seat in self.members.seats.items():
             if seat.peer_id == peer_id and seat.gone_from is None:
                 return index
-        queued = [c["index"] for c in self.to_attach if c["kind"] == "admit"]
-        for control in self.to_attach:
-            if control["kind"] == "admit" and control["peer"] == peer_id:
+        queued = [c for c in self.to_attach if c["kind"] == "admit"]
+        for control in queued:
+            if control["peer"] == peer_id:
                 return control["index"]
-        index = max([self.members.next_index(), *(i + 1 for i in queued)])
+        index = max([self.members.next_index(), *(c["index"] + 1 for c in queued)])
         self.to_attach.append({"kind": "admit", "index": index, "peer": peer_id})
         return index
 
