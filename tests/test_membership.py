@@ -18,14 +18,20 @@ def test_peers_agree_on_the_ordered_membership_and_see_leavers_go() -> None:
     stranger = hivemind.DHT(initial_peers=first.get_visible_maddrs(), start=True)
     dhts = [first, *others]
     try:
-        views = [Membership(dht, "run-a", ttl=3.0) for dht in dhts]
+        views = [Membership(dht, "run-a", ttl=3.0, key=f"{i:064x}") for i, dht in enumerate(dhts)]
         for view in views:
             view.announce()
         Membership(stranger, "run-b", ttl=3.0).announce()
         lists = [view.initial(3, timeout=20) for view in views]
         assert lists == [[v.me.peer_id for v in views]] * 3
         views[2].announce(index=2, done=True)
-        assert views[0].members()[2] == Member(views[2].me.joined, views[2].me.peer_id, 2, True)
+        assert views[0].members()[2] == Member(
+            views[2].me.joined, views[2].me.peer_id, 2, True, f"{2:064x}"
+        )
+        # a record of an older peer, without its key, still counts (with no key)
+        old = Membership(stranger, "run-a", ttl=3.0)
+        stranger.store(old.key, [old.me.joined, -1, False], old._now() + 3.0, subkey="QmOld")
+        assert [m.key for m in views[0].members() if m.peer_id == "QmOld"] == [""]
         late = Membership(first, "run-a")
         assert late.initial(5, timeout=0.5) == lists[0]  # published: nobody recounts
         with pytest.raises(MembershipError, match="1 of 2 peers announced themselves"):

@@ -211,6 +211,8 @@ def test_huge_count_is_refused_without_allocating() -> None:
             "non-finite scalar nan at byte 4",
         ),
         (bytes([0x11, 0, 0, 9, 0, 0, 0, 0x7C]), "non-finite scalar inf at byte 6"),
+        (bytes([0x12, 0, 0, 5, 0xC0, 0x7F]), "non-finite scalar nan at byte 4"),
+        (bytes([0x12, 0, 0, 5, 0x80, 0xFF]), "non-finite scalar -inf at byte 4"),
         (bytes([0x10, 0, 0, 4, 0, 0, 0, 0]), "ends at byte 8 before its last group"),
         (bytes([0x12, 0, 0, 5, 0, 0, 9]), "1 trailing bytes after the last group at byte 6"),
         (bytes([0x12, 0, 0, 4, 0, 0, 0, 5, 0, 0]), "duplicate"),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.messages import Message
-from seedflood.msglog import MessageLog, MessageLogError
+from seedflood.messages import Message, encode_packet
+from seedflood.msglog import MAX_RECORD_BYTES, MessageLog, MessageLogError
 
 
 def committed(steps: int, origins: int) -> list[Message]:
@@ -87,3 +89,49 @@ def test_appends_must_keep_canonical_order_and_carried_scalars(tmp_path: Path) -
         log.append([Message(3, 0, 0.1)])
     with pytest.raises(ValueError, match="sync_every must be at least 1"):
         MessageLog(tmp_path / "other.log", sync_every=0)
+
+
+def test_zeros_a_crash_left_at_the_end_are_a_torn_tail(tmp_path: Path) -> None:
+    """A crash after the file grew but before its data reached the disk leaves zeros: no record
+    is empty, so they are dropped like any torn tail, and the file is cut back to the records."""
+    path = tmp_path / "messages.log"
+    with MessageLog(path, sync_every=1) as log:
+        log.append(committed(2, 2))
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes() + bytes(4096))
+    assert MessageLog(path).messages() == committed(2, 2)
+    assert path.stat().st_size == size
+
+
+def test_zeros_followed_by_data_are_damage(tmp_path: Path) -> None:
+    path = tmp_path / "messages.log"
+    with MessageLog(path, sync_every=1) as log:
+        log.append(committed(1, 1))
+    path.write_bytes(path.read_bytes() + bytes(16) + b"\x01")
+    with pytest.raises(MessageLogError, match="empty packet"):
+        MessageLog(path)
+
+
+def test_a_length_no_writer_produces_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "messages.log"
+    with MessageLog(path, sync_every=1) as log:
+        log.append(committed(1, 2))
+    data = path.read_bytes()
+    path.write_bytes(data + struct.pack("<II", MAX_RECORD_BYTES + 1, 0) + bytes(8))
+    with pytest.raises(
+        MessageLogError, match=rf"record at byte {len(data)} declares {MAX_RECORD_BYTES + 1} bytes"
+    ):
+        MessageLog(path)
+    assert path.read_bytes()[: len(data)] == data
+
+
+def test_records_out_of_canonical_order_are_refused(tmp_path: Path) -> None:
+    """Checksums hold record by record; only the order across records shows the splice. The
+    first record is an 8-byte frame and an 8-byte packet, so the second starts at byte 16."""
+    path = tmp_path / "messages.log"
+    records = [encode_packet([Message(5, 0, 1.0)]), encode_packet([Message(4, 1, 1.0)])]
+    path.write_bytes(b"".join(struct.pack("<II", len(r), zlib.crc32(r)) + r for r in records))
+    with pytest.raises(
+        MessageLogError, match=r"record at byte 16 starts at message \(4, 1\), not after \(5, 0\)"
+    ):
+        MessageLog(path)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from seedflood.cli import app
 from seedflood.config import load_config
+from seedflood.crypto import load_or_create_key, public_hex
 from seedflood.launch import (
     launch,
     merge_results,
@@ -28,6 +29,7 @@ from seedflood.launch import (
     wait_for_address,
 )
 from seedflood.msglog import MessageLog
+from seedflood.p2p import FAULTS_VARIABLE
 from seedflood.peer import state_hash
 from seedflood.report import find_runs, summarize
 from seedflood.simulator import build
@@ -83,10 +85,31 @@ def test_four_peer_processes_end_on_the_simulators_model(data_dir, tmp_path: Pat
     assert results["messages_per_edge_max"] >= 20 * 4 // 2
     assert results["bytes_per_edge_max"] >= 4 * results["messages_per_edge_max"]
     assert 0.0 <= results["accuracy"] <= 1.0 and "zero_shot_accuracy" in results
+    # every batch was signed and checked, and honest peers refused none
+    assert results["rejected"] == dict.fromkeys(
+        ["equivocation", "forged", "not_member", "replayed"], 0
+    )
+    assert results["signature_bytes"] >= 4 * 20 * 2 * 88  # a base64 signature per batch per edge
     # `seedflood report` reads the launched run like a simulated one, per-peer files aside
     runs = find_runs([tmp_path / "out"])
     assert len(runs) == 1 and runs[0].results["kind"] == "run"
     assert summarize(runs)[0]["bytes_per_edge"] == results["bytes_per_edge_max"]
+
+
+def test_four_peers_whose_pushes_are_dropped_recover_by_pull_repair(
+    data_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir, rounds=12)
+    monkeypatch.setenv(FAULTS_VARIABLE, "drop=0.3,seed=7")
+    out = tmp_path / "out"
+    results = launch(config_file, peers=4, out_dir=out, run_id="lossy", timeout=300)
+    assert results["consensus"] and [p["committed_step"] for p in results["peers"]] == [11] * 4
+    assert results["state_hash"] == simulated_hash(config_file, peer_threads(4))
+    faults = [json.loads((out / "peers" / str(k) / "results.json").read_text()) for k in range(4)]
+    dropped = sum(r["link_faults"]["drop"] for r in faults)
+    pushes = sum(r["link_faults"]["pushes"] for r in faults)
+    assert 0.2 < dropped / pushes < 0.4, (dropped, pushes)
+    assert results["repair_bytes"] > 0 and sum(results["rejected"].values()) == 0
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -151,7 +174,8 @@ class PacedPeers:
 
 
 def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path: Path) -> None:
-    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=30)
+    rounds = 60  # the joiner must start (seconds on a loaded machine) before the others finish
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=rounds)
     root = tmp_path / "out"
     with PacedPeers(config_file, "churn", root) as peers:
         for k in range(6):
@@ -166,17 +190,24 @@ def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path:
     assert results["consensus"], results["peers"]
     by_client = {p["client"]: p for p in results["peers"]}
     assert sorted(by_client) == list(range(7))
-    assert all(p["committed_step"] == 29 and p["divergences"] == 0 for p in by_client.values())
+    assert all(
+        p["committed_step"] == rounds - 1 and p["divergences"] == 0 for p in by_client.values()
+    )
     restarted = json.loads((dirs[3] / "results.json").read_text())
-    assert 0 < restarted["replayed"] <= killed_at * 6 and killed_at < 30
+    assert 0 < restarted["replayed"] <= killed_at * 6 and killed_at < rounds
     logs = [MessageLog(d / "state" / "messages.log").messages(0) for d in dirs]
     assert all(log == logs[0] for log in logs)
     # the joiner took part from the step its sponsor's message announced, and not before
     first_step = json.loads((dirs[0] / "state" / "members.json").read_text())["6"]["first_step"]
     assert first_step >= 10
-    assert {m.step for m in logs[0] if m.origin == 6} == set(range(first_step, 30))
-    origins_per_step = [sorted(m.origin for m in logs[0] if m.step == t) for t in range(30)]
+    assert {m.step for m in logs[0] if m.origin == 6} == set(range(first_step, rounds))
+    origins_per_step = [sorted(m.origin for m in logs[0] if m.step == t) for t in range(rounds)]
     assert origins_per_step[0] == list(range(6)) and origins_per_step[-1] == list(range(7))
+    # the joiner's key reached every member inside its sponsor's signed admission
+    joiner_key = public_hex(load_or_create_key(dirs[6] / "state"))
+    for d in dirs:
+        assert json.loads((d / "state" / "members.json").read_text())["6"]["key"] == joiner_key
+    assert sum(results["rejected"].values()) == 0
 
 
 def test_a_peer_that_never_returns_is_declared_gone_and_the_rest_finish(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,9 +16,12 @@ from seedflood.p2p import (  # noqa: E402
     FLOOD_PROTOCOL,
     SYNC_PROTOCOL,
     EventLoopThread,
+    FaultyLink,
     Frame,
     Link,
+    LinkFault,
     TransportError,
+    parse_faults,
 )
 
 
@@ -80,3 +84,61 @@ def test_a_peer_that_is_gone_is_reported_not_raised(links) -> None:
     a.timeout = 1.0
     assert a.push({gone: b"x", b.peer_id: Frame({}).encode()}) == {b.peer_id}
     assert a.request(gone, SYNC_PROTOCOL, Frame({}).encode()) is None
+
+
+def test_fault_settings_parse_and_bad_ones_are_named() -> None:
+    assert parse_faults("drop=0.3, delay=0.1,seed=5") == (
+        {LinkFault.DROP: 0.3, LinkFault.DELAY: 0.1},
+        5,
+    )
+    assert parse_faults("") == ({}, 0)
+    with pytest.raises(ValueError, match=r"'lose=0\.1' must be one of drop, duplicate, delay"):
+        parse_faults("lose=0.1")
+    with pytest.raises(ValueError, match=r"'drop=1\.5' must be one of"):
+        parse_faults("drop=1.5")
+    with pytest.raises(ValueError, match="'drop' is not name=number"):
+        parse_faults("drop")
+    with pytest.raises(ValueError, match="add up to more than 1"):
+        parse_faults("drop=0.6,duplicate=0.6")
+
+
+def arrivals(pushed: list, count: int, timeout: float = 10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while len(pushed) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # and nothing more arrives
+    return list(pushed)
+
+
+def test_a_faulty_link_drops_repeats_delays_and_corrupts_pushes(links) -> None:
+    a, b, pushed = links
+
+    def faulty(fault: LinkFault, rate: float = 1.0) -> FaultyLink:
+        return FaultyLink(b.p2p, b.runner, {}, 5.0, rates={fault: rate}, seed=3, delay=0.5)
+
+    data = Frame({"n": 1}, b"body").encode()
+    dropping = faulty(LinkFault.DROP)
+    assert dropping.push({a.peer_id: data}) == {a.peer_id}  # the sender cannot tell
+    assert arrivals(pushed, 1, timeout=1.0) == []
+    assert faulty(LinkFault.DUPLICATE).push({a.peer_id: data}) == {a.peer_id}
+    assert arrivals(pushed, 2) == [(b.peer_id, data)] * 2
+    pushed.clear()
+    faulty(LinkFault.CORRUPT).push({a.peer_id: data})
+    [(_, corrupted)] = arrivals(pushed, 1)
+    assert corrupted[:-1] == data[:-1] and corrupted[-1] == data[-1] ^ 1
+    pushed.clear()
+    started = time.monotonic()
+    faulty(LinkFault.DELAY).push({a.peer_id: data})
+    assert pushed == [] and arrivals(pushed, 1) == [(b.peer_id, data)]
+    assert time.monotonic() - started >= 0.5
+    # seeded: the same seed drops the same pushes, at about the rate asked for
+    draws = [faulty(LinkFault.DROP, 0.3) for _ in range(2)]
+    faults = [[link._fault() for _ in range(1000)] for link in draws]
+    assert faults[0] == faults[1] and 250 < faults[0].count(LinkFault.DROP) < 350
+    assert draws[0].fault_counts() == {
+        "drop": faults[0].count(LinkFault.DROP),
+        "duplicate": 0,
+        "delay": 0,
+        "corrupt": 0,
+        "pushes": 1000,
+    }

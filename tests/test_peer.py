@@ -5,13 +5,21 @@ divergence when there is one."""
 from __future__ import annotations
 
 import copy
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_seedflood import make_seedflood
 
 from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.config import load_config
+from seedflood.crypto import Context, SignedBatch, public_hex
+from seedflood.door import BatchStore, Door, batch_body, batch_header
+from seedflood.exchange import Exchange
 from seedflood.models import load_model
+from seedflood.p2p import Frame
 from seedflood.peer import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
@@ -198,3 +206,76 @@ def test_with_staleness_peers_run_ahead_and_still_commit_the_same_model(
         cluster.round(round_index)
     assert all(s.committed_step == 4 for s in states.values())
     assert len(set(cluster.hashes())) == 1
+
+
+class FakeLink:
+    """Records what a host pushes instead of sending it."""
+
+    def __init__(self) -> None:
+        self.pushed: list[tuple[str, Frame]] = []
+
+    def push(self, messages_for: dict[str, bytes]) -> set[str]:
+        self.pushed += [(peer, Frame.decode(data)) for peer, data in messages_for.items()]
+        return set(messages_for)
+
+
+class Host(Exchange):
+    """The flooding half of a peer process around one `PeerState`, without a network."""
+
+    def __init__(self, state: PeerState, key: Ed25519PrivateKey, context: Context, root: Path):
+        self.config = load_config(None, ["scalar_format=fp32"])
+        self.cond = threading.Condition()
+        self.neighbors = {1: "peer-1", 2: "peer-2"}
+        self.edges = {}
+        self.link = FakeLink()  # type: ignore[assignment]
+        self.state, self.signing_key, self.context = state, key, context
+        self.local_steps = state.local_steps
+        self.door = Door(context, self.local_steps)
+        self.store = BatchStore(root / "batches.jsonl")
+        self.signature_bytes = 0
+
+    def _rewire(self) -> None:
+        self.neighbors = {i: p for i, p in self.neighbors.items() if p not in self.door.banned}
+
+
+def test_a_peer_floods_only_signed_batches_and_bans_whoever_delivers_a_forgery(
+    tiny, tmp_path: Path
+) -> None:
+    sim = make_seedflood(tiny, make_topology("ring", 3), hops=1, local_steps=2)
+    cluster = Cluster(sim, tmp_path, clients=3)
+    keys = [Ed25519PrivateKey.generate() for _ in range(3)]
+    for state in cluster.states.values():
+        for index, key in enumerate(keys):
+            state.members.seats[index].key = public_hex(key)
+    context = Context.of("run", [f"peer-{i}" for i in range(3)])
+    hosts = [Host(cluster.states[i], keys[i], context, tmp_path / f"host{i}") for i in range(3)]
+    messages, _ = cluster.states[1].originate(0)
+    batch = hosts[1]._sign_own(0, messages)
+    frame = Frame(batch_header(context, [batch]), batch_body([batch], "fp32"))
+    assert hosts[0]._take("peer-1", frame) == 2
+    # pushed on whole, with its origin's signature, to every neighbour but the sender
+    [(target, forwarded)] = hosts[0].link.pushed
+    assert target == "peer-2" and forwarded == frame
+    assert hosts[0]._take("peer-2", frame) == 0 and len(hosts[0].link.pushed) == 1
+    # peer-2 forwards a copy with one scalar changed: refused, counted, peer-2 banned
+    messages, _ = cluster.states[2].originate(0)
+    honest = hosts[2]._sign_own(0, messages)
+    forged = SignedBatch(2, 0, (messages[0], replace(messages[1], scalar=1.0)), {}, b"")
+    forged.signature = honest.signature
+    frame = Frame(batch_header(context, [forged]), batch_body([forged], "fp32"))
+    assert hosts[0]._take("peer-2", frame) == 0
+    assert hosts[0].door.rejected["forged"] == 1 and list(hosts[0].door.banned) == ["peer-2"]
+    assert hosts[0].neighbors == {1: "peer-1"}
+    # a banned peer's frames are dropped unread, even valid ones; the same batch via peer-1 is in
+    valid = Frame(batch_header(context, [honest]), batch_body([honest], "fp32"))
+    assert hosts[0]._take("peer-2", valid) == 0 and 2 not in hosts[0].state.pending.get(0, {})
+    assert hosts[0]._take("peer-1", valid) == 2 and hosts[0].state.pending[1][2] == messages[1]
+    own = hosts[0]._sign_own(0, cluster.states[0].originate(0)[0])
+    hosts[0]._push(dict(hosts[0].neighbors), [own], [])
+    assert [target for target, _ in hosts[0].link.pushed] == ["peer-2", "peer-1"]
+    # what it holds, it serves whole and signed: a restarted peer loads it from the store
+    assert [b.signature for b in BatchStore(tmp_path / "host0" / "batches.jsonl").load()] == [
+        batch.signature,
+        honest.signature,
+        own.signature,
+    ]

@@ -60,6 +60,8 @@ def make_seedflood(
         scalar_format=kw.get("scalar_format", "fp32"),
         run_seed=11,
         batched=kw.get("batched", False),
+        faults=kw.get("faults"),
+        clip=kw.get("clip"),
     )
 
 

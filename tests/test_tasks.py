@@ -469,18 +469,27 @@ def test_missing_directory_and_file(data_dir: pathlib.Path) -> None:
             [json.dumps({**make_row("wic", "t", 0), "word": 5})],
             r"column 'word' must be a str",
         ),
-        ("rte", [], r"contains no examples"),
+        ("rte", [], r"contains no examples: it needs one JSON object per line"),
         ("rte", ["", "   "], r"contains no examples"),
+        ("sst2", ['{"sentence": "caf\udce9", "label": 1}'], r"line 1: not UTF-8 text"),
+        ("sst2", ["[" * 100_000], r"line 1: not valid JSON \(maximum recursion depth"),
+        ("sst2", ['{"sentence": "s", "label": ' + "1" * 5000 + "}"], r"not valid JSON.*4300"),
+        ("sst2", ['{"sentence": "s", "label": 1}', "null"], r"line 2: expected a JSON object"),
+        ("sst2", ['{"sentence": "s", "label": [1]}'], r"value \[1\]; allowed: 0, 1, false"),
+        ("sst2", ['{"sentence": "s", "label": 1.0}'], r"value 1.0; allowed: 0, 1, false"),
+        ("sst2", ['{"sentence": "s", "label": -1}'], r"value -1; allowed: 0, 1, false"),
+        ("sst2", ['{"sentence": null, "label": 0}'], r"'sentence' must be a str, got None"),
     ],
 )
 def test_bad_rows_name_file_line_and_problem(
     data_dir: pathlib.Path, task: str, lines: list[str], message: str
 ) -> None:
     path = task_file(data_dir, task, "train")
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    # surrogateescape: a lone "\udce9" in a line becomes the byte 0xE9, which is not UTF-8.
+    path.write_bytes("".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape"))
     with pytest.raises(DataError, match=message) as info:
         load_task(task, data_dir=data_dir)
-    assert str(path) in str(info.value)
+    assert str(info.value).startswith(str(path))
 
 
 def test_bad_arguments(data_dir: pathlib.Path) -> None:
@@ -548,7 +557,10 @@ def test_partition_uses_every_example_once(
 
 
 def test_partition_errors() -> None:
-    with pytest.raises(DataError, match=r"^16 clients but only 8 training examples$"):
+    with pytest.raises(
+        DataError,
+        match=r"^16 clients but only 8 training examples: every client needs one; use fewer",
+    ):
         partition(labelled(8), 16)
     with pytest.raises(
         DataError, match=r"unknown partition scheme 'iid'; allowed: uniform, dirichlet"
@@ -592,3 +604,27 @@ def test_real_data(task: str) -> None:
     else:
         assert "training examples" in data.notes[0]
         assert not prompts(data.train) & prompts(data.test)
+
+
+def test_byte_order_mark_and_blank_lines_are_accepted(data_dir: pathlib.Path) -> None:
+    path = task_file(data_dir, "sst2", "train")
+    rows = [{"sentence": f"s{i}", "label": i % 2} for i in range(3)]
+    text = "\n\n".join(json.dumps(row) for row in rows)
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode() + b"\r\n")
+    data = load_task("sst2", data_dir=data_dir, n_train=3, n_val=1)
+    assert sorted(e.prompt for e in data.train + data.val) == [
+        "s0 It was",
+        "s1 It was",
+        "s2 It was",
+    ]
+
+
+def test_a_file_for_the_directory_or_a_directory_for_the_file(data_dir: pathlib.Path) -> None:
+    not_a_dir = data_dir / "sst2" / "train.jsonl"
+    with pytest.raises(DataError, match=r"train.jsonl is a file, not a directory; expected"):
+        load_task("sst2", data_dir=not_a_dir)
+    path = task_file(data_dir, "sst2", "validation")
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(DataError, match=rf"{path} not found; expected layout"):
+        load_task("sst2", data_dir=data_dir)

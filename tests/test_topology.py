@@ -15,6 +15,7 @@ from seedflood.topology import (
     TOPOLOGIES,
     Topology,
     TopologyError,
+    check_parameters,
     from_edges,
     grid_shape,
     make_topology,
@@ -276,3 +277,53 @@ def test_same_arguments_give_equal_topologies(name: str) -> None:
 def test_seed_changes_random_graphs(name: str, kwargs: dict[str, int]) -> None:
     graphs = {make_topology(name, 20, seed=s, **kwargs).edges for s in range(5)}
     assert len(graphs) == 5
+
+
+def test_disconnection_names_the_components_and_the_fix(tmp_path: Path) -> None:
+    """Clients 4 and 5 appear in no edge of the file: the graph has four components, listed
+    largest first with the node that starts each."""
+    path = tmp_path / "graph.txt"
+    path.write_text("0 1\n1 2\n3 6\n")
+    with pytest.raises(
+        TopologyError,
+        match=r"'edgelist' with n=7 is not connected: 4 components of sizes \[3, 2, 1, 1\]; "
+        r"clients in different components never agree on a model: add edges joining the "
+        r"components \(their first nodes: 0, 3, 4, 5\)",
+    ):
+        make_topology("edgelist", 7, path=path)
+
+
+def test_hopeless_draws_name_the_key_and_the_threshold() -> None:
+    with pytest.raises(
+        TopologyError,
+        match=r"'erdos_renyi': could not draw a connected G\(n=40, p=0.01\) in 100 attempts; "
+        r"raise topology_p well above the connectivity threshold ln\(n\)/n = 0.0922",
+    ):
+        make_topology("erdos_renyi", 40, p=0.01)
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "kwargs", "message"),
+    [
+        ("random_regular", 7, {"degree": 3}, r"n\*degree even, got degree=3, n=7"),
+        ("random_regular", 8, {"degree": 0}, r"1 <= degree < n, got degree=0, n=8"),
+        ("random_regular", 8, {"degree": 1}, r"degree 1 is disjoint pairs, never connected"),
+        ("erdos_renyi", 8, {"p": 0.0}, r"0 < p <= 1, got p=0.0: set topology_p"),
+        ("hypercube", 8, {}, r"unknown topology 'hypercube'"),
+        ("ring", 1, {}, r"at least 2 clients"),
+    ],
+)
+def test_impossible_parameters_are_refused_before_drawing(
+    name: str, n: int, kwargs: dict[str, float], message: str
+) -> None:
+    with pytest.raises(TopologyError, match=message):
+        check_parameters(name, n, **kwargs)
+    with pytest.raises(TopologyError, match=message):
+        make_topology(name, n, **kwargs)
+
+
+def test_possible_parameters_pass_the_cheap_check() -> None:
+    check_parameters("random_regular", 2, degree=1)
+    check_parameters("random_regular", 8, degree=2)
+    check_parameters("erdos_renyi", 1024)
+    assert make_topology("random_regular", 2, degree=1).edges == ((0, 1),)

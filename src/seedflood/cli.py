@@ -29,8 +29,12 @@ def run(
         list[str] | None, typer.Option("--set", help="Override a config key: key=value")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Results directory")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the checkpoint in the results directory")
+    ] = False,
 ) -> None:
     """Train with one method and write results.json and history.jsonl."""
+    from seedflood.checkpoint import CheckpointError
     from seedflood.simulator import run as run_simulation
 
     try:
@@ -42,6 +46,10 @@ def run(
         task = bar.add_task("rounds", total=config.rounds, status="loading model and data")
 
         def show(done: int, record: dict[str, Any]) -> None:
+            if record["event"] == "note":
+                bar.update(task, completed=done)
+                console.print(record["text"])
+                return
             if record["event"] == "zero_shot":
                 console.print(f"zero-shot test accuracy: {record['test_accuracy']:.4f}")
                 return
@@ -55,8 +63,8 @@ def run(
                 )
 
         try:
-            results = run_simulation(config, out_dir, progress=show)
-        except USER_ERRORS as error:
+            results = run_simulation(config, out_dir, progress=show, resume=resume)
+        except (*USER_ERRORS, CheckpointError) as error:
             raise _fail(error) from None
     for note in results["data_notes"]:
         console.print(f"[yellow]note:[/] {note}")
@@ -198,8 +206,13 @@ def launch(
 def compare(
     grid_file: Annotated[Path, typer.Argument(help="YAML grid: variants × swept keys")],
     out: Annotated[Path | None, typer.Option(help="Comparison directory")] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(help="Continue an interrupted run from its checkpoint (else restart it)"),
+    ] = True,
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
+    from seedflood.checkpoint import CheckpointError
     from seedflood.compare import plan
     from seedflood.report import write_report
     from seedflood.simulator import run as run_simulation
@@ -219,13 +232,19 @@ def compare(
             bar.update(overall, status=planned.name)
             rounds = bar.add_task("  rounds", total=planned.config.rounds, status="loading")
 
-            def show(done: int, record: dict[str, Any], rounds: Any = rounds) -> None:
-                if record["event"] != "zero_shot":
+            def show(
+                done: int, record: dict[str, Any], rounds: Any = rounds, name: str = planned.name
+            ) -> None:
+                if record["event"] == "note":
+                    bar.console.print(f"{name}: {record['text']}")
+                if record["event"] in ("round", "evaluation"):
                     bar.update(rounds, completed=done, status=f"val acc {record['accuracy']:.3f}")
 
             try:
-                results = run_simulation(planned.config, planned.directory(out_dir), show)
-            except USER_ERRORS as error:
+                results = run_simulation(
+                    planned.config, planned.directory(out_dir), show, resume=resume
+                )
+            except (*USER_ERRORS, CheckpointError) as error:
                 raise _fail(error) from None
             bar.remove_task(rounds)
             bar.console.print(

@@ -14,8 +14,9 @@ A grid file::
       seed: [0, 1, 2]
 
 Every run's config is validated before the first one starts, so a typo in the last variant does
-not surface an hour in. A run whose results.json exists with the same config is skipped: an
-interrupted comparison resumes where it stopped.
+not surface an hour in. A run whose results.json exists with the same config is skipped, and a
+run killed half-way continues from its last checkpoint (see seedflood.checkpoint): an interrupted
+comparison resumes where it stopped, to the round.
 """
 
 from __future__ import annotations

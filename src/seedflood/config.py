@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from seedflood.tasks import TASKS
-from seedflood.topology import TOPOLOGIES
+from seedflood.topology import TOPOLOGIES, TopologyError, check_parameters
 
 METHODS: tuple[str, ...] = ("seedflood", "dsgd", "choco", "dzsgd")
 GOSSIP_LOCAL_STEPS = 5
@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 class RunConfig(BaseModel):
     """One training run. Defaults follow the paper where it states them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = "smollm2-135m"
     task: Literal[TASKS] = "sst2"  # type: ignore[valid-type]
@@ -62,16 +62,31 @@ class RunConfig(BaseModel):
     hash_every: int = Field(10, ge=1)
     snapshot_every: int = Field(100, ge=1)
 
+    link_loss: float = Field(0.0, ge=0, lt=1)
+    link_duplicate: float = Field(0.0, ge=0, le=1)
+    link_reorder: float = Field(0.0, ge=0, le=1)
+    link_delay: float = Field(0.0, ge=0, le=1)
+    link_delay_hops: int = Field(1, ge=1)
+    link_seed: int = Field(0, ge=0)
+    cut_rounds: tuple[int, int] | None = None
+    cut_edges: tuple[tuple[int, int], ...] | None = None
+    repair_exchanges: int = Field(64, ge=0)
+    clip_multiple: float | None = Field(None, gt=0)
+    clip_window: int = Field(8, ge=1)
+    attackers: int = Field(0, ge=0)
+    attack_factor: float = 1000.0
+
     lora: bool = False
     lora_rank: int = Field(8, ge=1)
     lora_alpha: float = Field(16.0, gt=0)
-    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    lora_targets: tuple[str, ...] = Field(("q_proj", "v_proj"), min_length=1)
     mixing: Literal["metropolis", "uniform"] = "metropolis"
     topk_ratio: float = Field(0.03, gt=0, le=1)
     gamma: float = Field(0.5, gt=0, le=1)
 
     eval_every: int = Field(10, ge=1)
     eval_examples: int | None = Field(None, ge=1)
+    # Clamped to clients where used, not refused: the default of 4 must fit every run of 2 or 3.
     eval_clients: int = Field(4, ge=1)
     eval_batch_size: int = Field(32, ge=1)
     seed: int = Field(0, ge=0)
@@ -89,6 +104,50 @@ class RunConfig(BaseModel):
             data = {**data, "batched_forward": batchable}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        """YAML reads yes/no/on/off as booleans and pydantic would take them as 1 and 0: a typo
+        that silently becomes one client or one round."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                if isinstance(value, bool) and field is not None and field.annotation is not bool:
+                    raise ValueError(f"key '{key}' is not a boolean (got {value!r})")
+        return data
+
+    @model_validator(mode="after")
+    def _sizes_fit(self) -> RunConfig:
+        if self.n_train < self.clients:
+            raise ValueError(
+                f"keys 'n_train' ({self.n_train}) and 'clients' ({self.clients}): every client "
+                "needs at least one training example; raise n_train or lower clients"
+            )
+        try:
+            check_parameters(
+                self.topology, self.clients, degree=self.topology_degree, p=self.topology_p
+            )
+        except TopologyError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _cut_is_possible(self) -> RunConfig:
+        if self.cut_rounds is not None:
+            start, end = self.cut_rounds
+            if not 0 <= start < end:
+                raise ValueError(
+                    f"key 'cut_rounds' is [start, end] rounds with 0 <= start < end "
+                    f"(got {list(self.cut_rounds)})"
+                )
+        for a, b in self.cut_edges or ():
+            if a == b or not (0 <= a < self.clients and 0 <= b < self.clients):
+                raise ValueError(
+                    f"key 'cut_edges' holds pairs [a, b] of two different clients, "
+                    f"0 <= a, b < clients ({self.clients}) (got {[a, b]})"
+                )
+        return self
+
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if self.topology == "edgelist" and not self.edgelist:
@@ -99,6 +158,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "lora: true applies to the gossip baselines (dsgd, choco, dzsgd); SeedFlood "
                 "trains the weight matrices through SubCGE or dense directions"
+            )
+        if self.attackers and (self.method != "seedflood" or self.attackers >= self.clients):
+            raise ValueError(
+                f"attackers ({self.attackers}) simulates poisoning SeedFlood clients: it needs "
+                f"method seedflood and fewer attackers than clients ({self.clients})"
             )
         return self
 
@@ -123,10 +187,13 @@ class RunConfig(BaseModel):
 def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "config"
+        key = ".".join(str(part) for part in item["loc"])
         if item["type"] == "extra_forbidden":
             allowed = ", ".join(RunConfig.model_fields)
             lines.append(f"unknown key '{key}'. Allowed keys: {allowed}")
+        elif not key:
+            # A check across keys: its text names them, and the input is the whole config.
+            lines.append(str(item.get("ctx", {}).get("error", item["msg"])))
         else:
             lines.append(f"key '{key}': {item['msg']} (got {item.get('input')!r})")
     return "invalid run config:\n  " + "\n  ".join(lines)

@@ -15,11 +15,19 @@ Python ints would take gigabytes, and the simulator reads a client's holdings st
 """
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from seedflood.messages import Message
 
 _CANONICAL = operator.attrgetter("key")
+
+
+def origins(mask: int) -> Iterator[int]:
+    """The set bits of ``mask``, lowest first: the origins a per-step bitmask holds."""
+    while mask:
+        lowest = mask & -mask
+        yield lowest.bit_length() - 1
+        mask ^= lowest
 
 
 class FloodState:
@@ -48,11 +56,11 @@ class FloodState:
         0 for a step below the watermark, whose messages are no longer tracked."""
         return self._seen.get(step, 0)
 
-    def _accept(self, message: Message, sender: int | None) -> None:
+    def _accept(self, message: Message, sender: int | None, forward: bool = True) -> None:
         step, origin = message.key
         self._seen[step] = self._seen.get(step, 0) | 1 << origin
         self._seen_count += 1
-        for neighbor in self.neighbors:
+        for neighbor in self.neighbors if forward else ():
             if neighbor != sender:
                 self._owed[neighbor][message.key] = message
 
@@ -64,8 +72,14 @@ class FloodState:
             raise ValueError(f"message {message.key} was already seen by client {self.me}")
         self._accept(message, None)
 
-    def receive(self, sender: int, messages: Iterable[Message]) -> list[Message]:
-        """Accept a neighbour's packet; the new messages, canonically ordered, are to be applied."""
+    def receive(
+        self, sender: int, messages: Iterable[Message], *, forward: bool = True
+    ) -> list[Message]:
+        """Accept a neighbour's packet; the new messages, canonically ordered, are to be applied.
+
+        ``forward=False`` accepts without owing the messages to anyone: an anti-entropy repair,
+        whose messages the other neighbours pull themselves if they lack them.
+        """
         owed_back = self._owed.get(sender)
         if owed_back is None:
             raise ValueError(f"client {sender} is not a neighbour of client {self.me}")
@@ -75,7 +89,7 @@ class FloodState:
                 self.duplicates_dropped += 1
                 owed_back.pop(message.key, None)
             else:
-                self._accept(message, sender)
+                self._accept(message, sender, forward)
                 new.append(message)
         new.sort(key=_CANONICAL)
         return new
@@ -88,6 +102,22 @@ class FloodState:
                 outbox[neighbor] = sorted(owed.values(), key=_CANONICAL)
                 self._owed[neighbor] = {}
         return outbox
+
+    def withdraw(self, neighbor: int, keys: Iterable[tuple[int, int]]) -> None:
+        """Drop owed copies that went to ``neighbor`` another way (an anti-entropy repair), so
+        flooding does not send them a second time."""
+        owed = self._owed[neighbor]
+        for key in keys:
+            owed.pop(key, None)
+
+    @property
+    def watermark(self) -> int:
+        """Every step below this counts as seen (see forget_before)."""
+        return self._watermark
+
+    def tracked_steps(self) -> list[int]:
+        """The steps at or above the watermark of which something was seen, ascending."""
+        return sorted(self._seen)
 
     def forget_before(self, step: int) -> None:
         """Bound memory in long runs: steps below `step` are remembered only as a watermark.

@@ -92,9 +92,19 @@ def read_status(directory: Path) -> dict[str, Any]:
         return {}
 
 
+def rejected_total(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    """Batches the peers refused, by reason, summed: one forged batch pushed to three peers
+    counts three times, once per door it was stopped at."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for reason, n in count.items():
+            total[reason] = total.get(reason, 0) + n
+    return dict(sorted(total.items()))
+
+
 def merge_results(out_dir: Path, directories: Sequence[Path]) -> dict[str, Any]:
     """One run's results from its peers' results: the evaluating peer's figures, every peer's
-    state hash, and the traffic of all edges."""
+    state hash, the traffic of all edges, and the batches every door refused."""
     peers = []
     for directory in directories:
         path = directory / "results.json"
@@ -122,12 +132,16 @@ def merge_results(out_dir: Path, directories: Sequence[Path]) -> dict[str, Any]:
                 "committed_step": r["committed_step"],
                 "replayed": r["replayed"],
                 "divergences": len(r["divergences"]),
+                "rejected": r.get("rejected", {}),
+                "banned": sorted(r.get("banned", {})),
             }
             for _, r in sorted(peers, key=lambda p: p[1]["client"])
         ],
         "consensus": len(hashes) == 1,
         **edge_summary(edges),
         "repair_bytes": sum(r["repair_bytes_sent"] for _, r in peers),
+        "signature_bytes": sum(r.get("signature_bytes_sent", 0) for _, r in peers),
+        "rejected": rejected_total([r.get("rejected", {}) for _, r in peers]),
         "wall_seconds": max(r["wall_seconds"] for _, r in peers),
     }
     atomic_write_json(out_dir / "results.json", merged)

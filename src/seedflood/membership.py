@@ -1,8 +1,10 @@
 """Who takes part in a run: peers announce themselves in hivemind's DHT under the run id.
 
 Every peer stores a record under the key ``seedflood/<run id>/members``, its peer id as subkey,
-with the time it joined, its client index (-1 until it has one) and whether it has finished, and
-renews it before it expires. A peer that stops renewing (it left or crashed) drops out after
+with the time it joined, its client index (-1 until it has one), whether it has finished and its
+public signing key (hex; a fourth field, so records of older peers still parse), and renews it
+before it expires. The key is how the initial members learn each other's keys; joiners' keys
+travel in their signed admissions. A peer that stops renewing (it left or crashed) drops out after
 ``ttl`` seconds. Every peer orders the live records the same way, by (joined, peer id): the first
 ``clients`` peers of a run are its initial members, in that order, and that list is published
 under ``seedflood/<run id>/initial`` so a peer that looks later reads it instead of guessing.
@@ -30,13 +32,19 @@ class Member:
     peer_id: str
     index: int = -1
     done: bool = False
+    key: str = ""
 
 
 class Membership:
     """This peer's announcement and its view of everyone else's, for one run."""
 
     def __init__(
-        self, dht: Any, run_id: str, ttl: float = 30.0, joined: float | None = None
+        self,
+        dht: Any,
+        run_id: str,
+        ttl: float = 30.0,
+        joined: float | None = None,
+        key: str = "",
     ) -> None:
         check_run_id(run_id)
         if ttl <= 0:
@@ -48,7 +56,9 @@ class Membership:
         self.key = f"seedflood/{run_id}/members"
         self.initial_key = f"seedflood/{run_id}/initial"
         self.ttl = ttl
-        self.me = Member(self._now() if joined is None else joined, dht.peer_id.to_base58())
+        self.me = Member(
+            self._now() if joined is None else joined, dht.peer_id.to_base58(), key=key
+        )
         self.initial_ids: list[str] = []
 
     def announce(self, index: int = -1, done: bool = False) -> bool:
@@ -57,7 +67,7 @@ class Membership:
         gone, and the next renewal tries again."""
         stored = self.dht.store(
             self.key,
-            [self.me.joined, index, done],
+            [self.me.joined, index, done, self.me.key],
             expiration_time=self._now() + self.ttl,
             subkey=self.me.peer_id,
         )
@@ -80,11 +90,12 @@ class Membership:
             if (
                 isinstance(peer_id, str)
                 and isinstance(value, list)
-                and len(value) == 3
+                and len(value) in (3, 4)
                 and isinstance(value[0], (int, float))
                 and isinstance(value[1], int)
             ):
-                live.append(Member(float(value[0]), peer_id, value[1], bool(value[2])))
+                key = value[3] if len(value) == 4 and isinstance(value[3], str) else ""
+                live.append(Member(float(value[0]), peer_id, value[1], bool(value[2]), key))
         return sorted(live)
 
     def initial(self, clients: int, timeout: float, poll: float = 0.2) -> list[str]:

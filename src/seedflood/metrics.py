@@ -1,7 +1,8 @@
 """Results files: written whole or not at all.
 
 A run killed mid-write must never leave a truncated ``results.json`` that a report would read as
-real, so every file is written to a temporary sibling and renamed over the target.
+real, so every file is written to a temporary sibling, fsync'd, and renamed over the target; the
+directory is fsync'd too, since a rename is only durable once its directory entry is.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import json
 import os
 import resource
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -20,18 +21,38 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    atomic_write(path, lambda file: file.write(data))
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+    """Stream ``write``'s output into ``path``: a checkpoint of a large model never needs a second
+    in-memory copy as bytes."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, 0o644)  # mkstemp makes 0600: results are for everyone to read
         with os.fdopen(handle, "wb") as file:
-            file.write(data)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> None:
+    """Delete what a process killed inside ``atomic_write`` left beside ``path``: never read, but
+    a run resumed many times would otherwise pile up partial checkpoints."""
+    target = Path(path)
+    for temp in target.parent.glob(f".{target.name}.*.tmp"):
+        temp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
@@ -49,3 +70,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (Linux reports kilobytes)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table: benchmarks print the rows the docs quote, so the two cannot drift."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -27,6 +27,9 @@ from seedflood.messages import (
 )
 
 _FRAME = struct.Struct("<II")
+# The longest packet the log writes: a version byte, a base step, and per message at most three
+# 10-byte varints and a 4-byte scalar. A longer length field is damage, never a torn write.
+MAX_RECORD_BYTES = 11 + MAX_MESSAGES_PER_PACKET * 34
 
 
 class MessageLogError(ValueError):
@@ -35,11 +38,20 @@ class MessageLogError(ValueError):
 
 def _records(data: bytes, path: Path) -> Iterator[tuple[int, list[Message]]]:
     """(end offset, messages) of every whole record; stops quietly at a torn tail."""
-    offset = 0
+    offset, last = 0, None
     while offset < len(data):
         if offset + _FRAME.size > len(data):
             return
         length, checksum = _FRAME.unpack_from(data, offset)
+        # No record is empty: zeros to the end are where a crash left the file longer than what
+        # reached the disk, a torn tail like any other.
+        if length == 0 and data.count(0, offset) == len(data) - offset:
+            return
+        if length > MAX_RECORD_BYTES:
+            raise MessageLogError(
+                f"{path}: record at byte {offset} declares {length} bytes, more than any record "
+                f"holds ({MAX_RECORD_BYTES}): the log is damaged"
+            )
         end = offset + _FRAME.size + length
         if end > len(data):
             return
@@ -55,6 +67,12 @@ def _records(data: bytes, path: Path) -> Iterator[tuple[int, list[Message]]]:
             messages, _ = decode_packet(payload)
         except CodecError as exc:
             raise MessageLogError(f"{path}: record at byte {offset}: {exc}") from None
+        if last is not None and messages[0].key <= last:
+            raise MessageLogError(
+                f"{path}: record at byte {offset} starts at message {messages[0].key}, not after "
+                f"{last}: a log holds messages in canonical (step, origin) order"
+            )
+        last = messages[-1].key
         yield end, messages
         offset = end
 

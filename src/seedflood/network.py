@@ -15,6 +15,8 @@ from seedflood.flooding import FloodState
 from seedflood.messages import SCALAR_BYTES, SCALAR_FORMATS, Message, decode_packet, encode_packet
 
 Deliveries = dict[int, list[tuple[int, list[Message]]]]
+Packet = tuple[int, int, bytes]
+"""(sender, receiver, bytes) of one packet on one directed edge."""
 
 
 @dataclass
@@ -119,7 +121,18 @@ class SimulatedNetwork:
         self.traffic = self.counter.traffic
 
     def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries:
-        """Send one packet per non-empty (sender, receiver) list; receptions sorted by sender.
+        """Send one packet per non-empty (sender, receiver) list; receptions in arrival order,
+        which on perfect links is by sender."""
+        deliveries: Deliveries = {}
+        for sender, receiver, packet in self.carry("flood", self.send(outboxes, self.counter)):
+            received, _ = decode_packet(packet)
+            deliveries.setdefault(receiver, []).append((sender, received))
+        return deliveries
+
+    def send(
+        self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]], counter: TrafficCounter
+    ) -> list[Packet]:
+        """Encode one packet per non-empty (sender, receiver) list and count it on ``counter``.
 
         All packets are encoded before anything is counted, so a hop that fails leaves the
         traffic counters untouched.
@@ -135,18 +148,24 @@ class SimulatedNetwork:
                 packet = encode_packet(messages, self.scalar_format)
                 packets.append((sender, receiver, len(messages), packet))
         scalar_bytes = SCALAR_BYTES[self.scalar_format]
-        deliveries: Deliveries = {}
         for sender, receiver, count, packet in packets:
-            self.counter.count(
+            counter.count(
                 sender,
                 receiver,
                 size=len(packet),
                 messages=count,
                 header_bytes=len(packet) - count * scalar_bytes,
             )
-            received, _ = decode_packet(packet)
-            deliveries.setdefault(receiver, []).append((sender, received))
-        return deliveries
+        return [(sender, receiver, packet) for sender, receiver, _, packet in packets]
+
+    def live(self, sender: int, receiver: int) -> bool:
+        """Whether the edge carries anything now; perfect links are never cut."""
+        return (sender, receiver) in self.traffic
+
+    def carry(self, channel: str, packets: Sequence[Packet]) -> list[Packet]:
+        """One hop of a channel: perfect links hand everything over at once, once, in order.
+        `seedflood.faults.FaultyNetwork` overrides this to lose, repeat, reorder and delay."""
+        return list(packets)
 
     def summary(self) -> dict[str, float]:
         return self.counter.summary()

@@ -17,7 +17,6 @@ live members in index order, recomputed as members come and go, so the graph sta
 from __future__ import annotations
 
 import fcntl
-import json
 import statistics
 import threading
 import time
@@ -30,8 +29,10 @@ import torch
 
 from seedflood import __version__
 from seedflood.config import RunConfig
-from seedflood.membership import Membership, MembershipError, check_run_id
-from seedflood.messages import SCALAR_BYTES, decode_packet, encode_packet
+from seedflood.crypto import Context, load_or_create_key, public_hex
+from seedflood.door import BatchStore, Door
+from seedflood.exchange import Exchange
+from seedflood.membership import MembershipError, check_run_id
 from seedflood.metrics import (
     atomic_write_json,
     atomic_write_jsonl,
@@ -39,24 +40,13 @@ from seedflood.metrics import (
     read_jsonl,
 )
 from seedflood.network import EdgeTraffic, edge_summary
-from seedflood.p2p import (
-    FLOOD_PROTOCOL,
-    JOIN_PROTOCOL,
-    SYNC_PROTOCOL,
-    EventLoopThread,
-    Frame,
-    Link,
-    TransportError,
-)
-from seedflood.peer import Control, Key, Members, PeerState
+from seedflood.p2p import FLOOD_PROTOCOL, JOIN_PROTOCOL, SYNC_PROTOCOL, EventLoopThread
+from seedflood.peer import PeerState
+from seedflood.robust import ScalarClip
 from seedflood.scoring import accuracy
-from seedflood.topology import TopologyError, make_topology
+from seedflood.seating import PeerError, Say, Seating
 
-Say = Callable[[str], None]
-
-
-class PeerError(RuntimeError):
-    """What stops a peer, phrased for its operator."""
+__all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
 
 
 @dataclass
@@ -76,17 +66,6 @@ class PeerOptions:
     linger: float = 60.0
 
 
-def carried_to_json(carried: dict[Key, list[Control]]) -> list[Any]:
-    return [[step, origin, controls] for (step, origin), controls in sorted(carried.items())]
-
-
-def carried_from_json(data: Any) -> dict[Key, list[Control]]:
-    try:
-        return {(int(step), int(origin)): list(controls) for step, origin, controls in data or []}
-    except (TypeError, ValueError) as exc:
-        raise TransportError(f"bad 'carried' field: {exc}") from None
-
-
 class RoundClock:
     """Typical round time, for timeouts that follow the run's real pace."""
 
@@ -101,7 +80,7 @@ class RoundClock:
         return max(self.floor, statistics.median(self.durations) if self.durations else 0.0)
 
 
-class Node:
+class Node(Seating, Exchange):
     """One peer process: the state, the link, the membership, and the loops that drive them."""
 
     def __init__(self, config: RunConfig, options: PeerOptions, say: Say) -> None:
@@ -115,6 +94,7 @@ class Node:
         self.history: list[dict[str, Any]] = []
         self.stopping = threading.Event()
         self.done = False
+        self.signature_bytes = 0
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -130,6 +110,8 @@ class Node:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
+        self.signing_key = load_or_create_key(options.state_dir)
+        self.public_key = public_hex(self.signing_key)
         torch.manual_seed(self.config.seed)
         self.experiment = build(self.config)
         self.dht = self._start_dht(hivemind)
@@ -140,7 +122,7 @@ class Node:
         p2p = self.runner.run(self.dht.replicate_p2p())
         handlers = {FLOOD_PROTOCOL: self._on_flood, SYNC_PROTOCOL: self._on_sync}
         handlers[JOIN_PROTOCOL] = self._on_join
-        self.link = Link(p2p, self.runner, handlers, timeout=10.0)
+        self.link = self._link(p2p, handlers)
         self.index = -1
         self._renewer = threading.Thread(target=self._renew, daemon=True)
         me, members, joined = self._seat()
@@ -165,11 +147,20 @@ class Node:
             hash_every=self.config.hash_every,
             snapshot_every=self.config.snapshot_every,
             on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
+            clip=ScalarClip.from_config(self.config),
         )
         atomic_write_json(
             options.state_dir / "peer.json",
             {"run_id": options.run_id, "index": me, "joined": joined},
         )
+        seats = self.state.members.seats
+        initial = [seats[i].peer_id for i in range(self.config.clients)]
+        self.context = Context.of(options.run_id, initial)
+        self.door = Door(self.context, self.local_steps, say=self.say)
+        self.store = BatchStore(options.state_dir / "batches.jsonl")
+        for batch in self.store.load():  # what was held before a crash, with its signatures
+            self.door.batches[(batch.origin, batch.round)] = batch
+            self.state.receive(batch.messages, batch.controls)
         if self.state.members.seats[me].gone_from is not None:
             raise PeerError(
                 f"client {me} was declared gone from step {self.state.members.seats[me].gone_from}"
@@ -179,227 +170,25 @@ class Node:
         if self.state.replayed:
             self.say(f"client {me}: replayed {self.state.replayed} logged messages")
 
-    def _start_dht(self, hivemind: Any, attempts: int = 4) -> Any:
-        """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
-        on a loaded machine or a slow link: try again a few times before giving up."""
-        from hivemind.p2p import P2PDaemonError
-
-        options = self.options
-        attempt = 1
-        while True:
-            try:
-                return hivemind.DHT(
-                    initial_peers=options.initial_peers or None,
-                    host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
-                    identity_path=str(options.state_dir / "identity.key"),
-                    check_if_identity_free=False,
-                    start=True,
-                )
-            except P2PDaemonError as error:
-                if attempt == attempts:
-                    raise PeerError(
-                        f"could not join through {' '.join(options.initial_peers)} after "
-                        f"{attempts} attempts: {error}"
-                    ) from None
-                self.say(f"could not reach the bootstrap peers ({error}); retrying")
-                time.sleep(2.0 * attempt)
-                attempt += 1
-
-    def _seat(self) -> tuple[int, Members, float]:
-        """This peer's client index, the members it knows of, and its join time."""
-        saved = self.options.state_dir / "peer.json"
-        if saved.is_file():
-            record = json.loads(saved.read_text())
-            if record["run_id"] != self.options.run_id:
-                raise PeerError(
-                    f"state dir {self.options.state_dir} belongs to run {record['run_id']!r}, "
-                    f"not {self.options.run_id!r}"
-                )
-            self.membership = Membership(
-                self.dht, self.options.run_id, self.options.ttl, joined=record["joined"]
-            )
-            self.index = record["index"]
-            self._renewer.start()
-            return record["index"], Members({}), record["joined"]
-        self.membership = Membership(self.dht, self.options.run_id, self.options.ttl)
-        self._renewer.start()
-        joined = self.membership.me.joined
-        initial = self.membership.initial(self.config.clients, self.options.start_timeout)
-        if self.membership.me.peer_id in initial:
-            me = initial.index(self.membership.me.peer_id)
-            self.index = me
-            self.membership.announce(me)
-            return me, Members.initial(initial), joined
-        return *self._join(), joined
-
-    def _join(self) -> tuple[int, Members]:
-        """Ask a live member to sponsor this peer; its admission rides on the sponsor's next
-        message, so every member learns it before the steps it concerns."""
-        deadline = time.monotonic() + self.options.start_timeout
-        request = Frame({"peer": self.membership.me.peer_id}).encode()
-        while time.monotonic() < deadline:
-            for member in sorted(self.membership.members(), key=lambda m: m.index):
-                if member.index < 0 or member.peer_id == self.membership.me.peer_id:
-                    continue
-                reply = self.link.request(member.peer_id, JOIN_PROTOCOL, request)
-                if reply is None:
-                    continue
-                header = Frame.decode(reply).header
-                self.say(
-                    f"admitted as client {header['index']} from step {header['first_step']} by "
-                    f"client {member.index}"
-                )
-                self.index = header["index"]
-                self.membership.announce(self.index)
-                return header["index"], Members.from_json(header["members"])
-            time.sleep(0.5)
-        raise PeerError(f"no member of run {self.options.run_id!r} admitted this peer in time")
-
-    def _renew(self) -> None:
-        """Keep this peer's record alive and follow who else is."""
-        while not self.stopping.is_set():
-            try:
-                self.membership.announce(self.index, self.done)
-                live = {m.peer_id for m in self.membership.members()}
-            except Exception as exc:  # the DHT process is going down with us
-                self.say(f"membership renewal failed: {exc}")
-                live = None
-            if live is not None and hasattr(self, "state"):
-                with self.cond:
-                    self.live_ids = live
-                    self._rewire()
-            self.stopping.wait(self.options.ttl / 3)
-
-    def _rewire(self) -> None:
-        """Neighbours: the run's topology over the live members, in index order."""
-        seats = self.state.members.seats
-        live = sorted(
-            i
-            for i, seat in seats.items()
-            if seat.gone_from is None and (seat.peer_id in self.live_ids or i == self.state.me)
-        )
-        if len(live) < 2:
-            self.neighbors = {}
-            return
-        try:
-            topology = make_topology(self.config.topology, len(live), seed=self.config.seed)
-        except TopologyError:
-            topology = make_topology("ring", len(live))
-        position = live.index(self.state.me)
-        self.neighbors = {live[p]: seats[live[p]].peer_id for p in topology.neighbors[position]}
-
-    # -- serving ------------------------------------------------------------------------------
-
-    def _on_flood(self, caller: str, data: bytes) -> None:
-        self._take(caller, Frame.decode(data))
-        return None
-
-    def _take(self, caller: str, frame: Frame) -> int:
-        """Hold what a flood or sync frame brings that is new and push it on to every neighbour
-        but the one it came from; how many messages were new."""
-        messages, _ = decode_packet(frame.body) if frame.body else ([], "")
-        carried = carried_from_json(frame.header.get("carried"))
-        with self.cond:
-            seats = len(self.state.members.seats)
-            fresh = self.state.receive(messages, carried)
-            gone = [
-                (int(index), int(step))
-                for index, step in frame.header.get("gone", [])
-                if self.state.depart(int(index), int(step))
-            ]
-            if gone or len(self.state.members.seats) != seats:
-                self._rewire()
-            if fresh or gone:
-                self.cond.notify_all()
-            targets = {i: p for i, p in self.neighbors.items() if p != caller}
-            fresh_carried = {m.key: self.state.carried[m.key] for m in fresh if m.key in carried}
-        if fresh or gone:
-            self._push(targets, fresh, fresh_carried, gone)
-        return len(fresh)
-
-    def _on_sync(self, caller: str, data: bytes) -> bytes:
-        since = int(Frame.decode(data).header["since"])
-        with self.cond:
-            messages, carried = self.state.held_since(since)
-            header = {"members": self.state.members.to_json(), "carried": carried_to_json(carried)}
-        body = encode_packet(messages, self.config.scalar_format) if messages else b""
-        return Frame(header, body).encode()
-
-    def _on_join(self, caller: str, data: bytes) -> bytes:
-        peer_id = str(Frame.decode(data).header["peer"])
-        with self.cond:
-            index = self.state.admit(peer_id)
-            self.say(f"sponsoring {peer_id} as client {index}")
-            self.cond.wait_for(lambda: index in self.state.members.seats, timeout=60)
-            seat = self.state.members.seats[index]
-            members = self.state.members.to_json()
-        return Frame({"index": index, "first_step": seat.first_step, "members": members}).encode()
-
-    # -- sending ------------------------------------------------------------------------------
-
-    def _push(
-        self,
-        targets: dict[int, str],
-        messages: list,
-        carried: dict[Key, list[Control]],
-        gone: list[tuple[int, int]],
-    ) -> None:
-        header: dict[str, Any] = {"carried": carried_to_json(carried)}
-        if gone:
-            header["gone"] = [list(g) for g in gone]
-        body = encode_packet(messages, self.config.scalar_format) if messages else b""
-        data = Frame(header, body).encode()
-        reached = self.link.push({peer: data for peer in targets.values()})
-        scalar_bytes = SCALAR_BYTES[self.config.scalar_format]
-        with self.cond:
-            for index, peer in targets.items():
-                if peer in reached and messages:
-                    edge = self.edges.setdefault((self.state.me, index), EdgeTraffic())
-                    edge.bytes += len(body)
-                    edge.messages += len(messages)
-                    edge.packets += 1
-                    edge.header_bytes += len(body) - len(messages) * scalar_bytes
-
-    def _pull(self, peers: list[str]) -> int:
-        """Fetch what ``peers`` hold beyond this peer's committed prefix; new messages found."""
-        found = 0
-        for peer in peers:
-            with self.cond:
-                since = self.state.committed_step + 1
-            reply = self.link.request(peer, SYNC_PROTOCOL, Frame({"since": since}).encode())
-            if reply is None:
-                continue
-            frame = Frame.decode(reply)
-            with self.cond:
-                if self.state.learn(Members.from_json(frame.header["members"])):
-                    self._rewire()
-            found += self._take(peer, frame)
-        return found
-
     # -- the loop -----------------------------------------------------------------------------
-
-    def _others(self) -> list[str]:
-        """Whom to ask for what is missing: the neighbours, else any live member."""
-        with self.cond:
-            if self.neighbors:
-                return list(self.neighbors.values())
-            return [
-                seat.peer_id
-                for i, seat in self.state.members.seats.items()
-                if i != self.state.me and seat.gone_from is None and seat.peer_id in self.live_ids
-            ]
 
     def _wait(self, ready: Callable[[], bool], what: str) -> None:
         """Commit what arrives until ``ready``; pull after a few round times without progress,
-        and have a vanished member declared gone after longer."""
+        and have a vanished member declared gone after longer. Each commit may settle batches
+        that waited at the door for their origin's admission."""
         since = last_pull = last_note = time.monotonic()
         while True:
             with self.cond:
                 if self.state.commit():
                     since = last_pull = time.monotonic()
-                if ready():
-                    return
-                self.cond.wait(0.05)
+                settled = self._settled() if self.door.waiting else []
+                targets, finished = dict(self.neighbors), ready()
+                if not finished and not settled:
+                    self.cond.wait(0.05)
+            if settled:
+                self._push(targets, settled, [])
+            if finished:
+                return
             now, typical = time.monotonic(), self.clock.typical()
             if now - last_pull > 3 * typical:
                 self._pull(self._others())
@@ -438,7 +227,7 @@ class Node:
             self._rewire()
             targets = dict(self.neighbors)
         if gone:
-            self._push(targets, [], {}, gone)
+            self._push(targets, [], gone)
 
     def run(self, progress: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         started = time.perf_counter()
@@ -466,8 +255,8 @@ class Node:
             with self.cond:
                 self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
                 targets = dict(self.neighbors)
-                carried = {m.key: state.carried[m.key] for m in messages if m.key in state.carried}
-            self._push(targets, messages, carried, [])
+                batch = self._sign_own(next_round, messages)
+            self._push(targets, [batch], [])
             done = next_round + 1
             record = {"round": done, "train_loss": sum(losses) / len(losses)}
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):
@@ -522,6 +311,8 @@ class Node:
             "repair_bytes_sent": counters.sent.get(SYNC_PROTOCOL, 0),
             "repair_bytes_received": counters.received.get(SYNC_PROTOCOL, 0),
             "wire_bytes_sent": sum(counters.sent.values()),
+            "signature_bytes_sent": self.signature_bytes,
+            "link_faults": self.link.fault_counts(),
         }
 
     def _accuracy(self, examples: list) -> float:
@@ -539,6 +330,7 @@ class Node:
             "peer_id": self.membership.me.peer_id,
             "state_hash": state.state_hash(),
             "committed_step": state.committed_step,
+            "clipped_messages": state.clip.clipped if state.clip is not None else 0,
             "rounds": config.rounds,
             "steps": config.rounds * self.local_steps,
             "clients": config.clients,
@@ -546,6 +338,8 @@ class Node:
             "members": state.members.to_json(),
             "divergences": state.divergences,
             "replayed": state.replayed,
+            "rejected": dict(self.door.rejected),
+            "banned": dict(self.door.banned),
             "messages_committed": len(state.committed),
             "wall_seconds": time.perf_counter() - started,
             "train_seconds": train_seconds,

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
 import struct
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 FLOOD_PROTOCOL = "seedflood/flood/2"
@@ -36,6 +39,13 @@ class TransportError(RuntimeError):
     """A frame that is not one, or a peer that did not answer."""
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 @dataclass(frozen=True)
 class Frame:
     """A JSON header and a binary body (a codec packet, or empty)."""
@@ -49,6 +59,10 @@ class Frame:
 
     @classmethod
     def decode(cls, data: bytes) -> Frame:
+        """The frame in ``data``, or TransportError naming what is wrong: a peer's bytes are
+        untrusted, so no length is believed beyond what arrived and no parser error escapes."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise TransportError(f"a frame is bytes, not {type(data).__name__}")
         if len(data) < _LENGTH.size:
             raise TransportError(f"frame of {len(data)} bytes is shorter than its length field")
         (size,) = _LENGTH.unpack_from(data)
@@ -58,8 +72,14 @@ class Frame:
                 f"bytes (at most {MAX_HEADER_BYTES} allowed)"
             )
         try:
-            header = json.loads(data[_LENGTH.size : _LENGTH.size + size])
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            header = json.loads(
+                data[_LENGTH.size : _LENGTH.size + size],
+                parse_float=_finite,
+                parse_constant=_finite,
+            )
+        except RecursionError:
+            raise TransportError("frame header is not JSON: nested too deeply") from None
+        except ValueError as exc:  # bad UTF-8, bad JSON, NaN/Infinity, integers too long
             raise TransportError(f"frame header is not JSON: {exc}") from None
         if not isinstance(header, dict):
             raise TransportError(f"frame header must be a JSON object, not {type(header).__name__}")
@@ -181,6 +201,110 @@ class Link:
     def close(self) -> None:
         self.runner.run(self.p2p.shutdown(), timeout=10)
 
+    def fault_counts(self) -> dict[str, int]:
+        """Pushes failed on purpose, by fault (none: this link is honest)."""
+        return {}
+
     def request(self, peer: str, protocol: str, data: bytes) -> bytes | None:
         """The peer's reply, or None when it could not be reached or did not answer in time."""
         return self.runner.run(self._attempt(peer, protocol, data, True))
+
+
+FAULTS_VARIABLE = "SEEDFLOOD_LINK_FAULTS"
+
+
+class LinkFault(StrEnum):
+    """What a `FaultyLink` does to a flood push on purpose."""
+
+    DROP = "drop"
+    DUPLICATE = "duplicate"
+    DELAY = "delay"
+    CORRUPT = "corrupt"
+
+
+def parse_faults(text: str) -> tuple[dict[LinkFault, float], int]:
+    """Fault rates and a seed from ``drop=0.3,delay=0.1,seed=5`` (the form of
+    ``$SEEDFLOOD_LINK_FAULTS``, which tests set to make a peer process's link unreliable)."""
+    rates: dict[LinkFault, float] = {}
+    seed = 0
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{FAULTS_VARIABLE}: {item!r} is not name=number") from None
+        if name == "seed":
+            seed = int(number)
+        elif name in set(LinkFault) and 0.0 <= number <= 1.0:
+            rates[LinkFault(name)] = number
+        else:
+            allowed = ", ".join(f.value for f in LinkFault)
+            raise ValueError(
+                f"{FAULTS_VARIABLE}: {item!r} must be one of {allowed} with a rate in [0, 1], "
+                "or seed=<int>"
+            )
+    if sum(rates.values()) > 1.0:
+        raise ValueError(f"{FAULTS_VARIABLE}: the fault rates add up to more than 1 in {text!r}")
+    return rates, seed
+
+
+class FaultyLink(Link):
+    """A `Link` whose flood pushes fail on purpose, with seeded probabilities: dropped (the sender
+    believes it was sent, as with a lost packet), sent twice, sent after ``delay`` seconds, or
+    sent with one body byte flipped. Requests (pull repair, joins) are left alone: they are what
+    recovers from the faults."""
+
+    def __init__(
+        self,
+        p2p: Any,
+        runner: EventLoopThread,
+        handlers: Mapping[str, Handler],
+        timeout: float,
+        *,
+        rates: Mapping[LinkFault, float],
+        seed: int,
+        delay: float = 0.5,
+    ) -> None:
+        super().__init__(p2p, runner, handlers, timeout)
+        self.rates, self.delay = dict(rates), delay
+        self.random = random.Random(seed)
+        self.faults: dict[str, int] = {fault.value: 0 for fault in LinkFault}
+        self.pushes = 0
+
+    def fault_counts(self) -> dict[str, int]:
+        return {**self.faults, "pushes": self.pushes}
+
+    def _fault(self) -> LinkFault | None:
+        self.pushes += 1
+        draw, total = self.random.random(), 0.0
+        for fault, rate in self.rates.items():
+            total += rate
+            if draw < total:
+                self.faults[fault.value] += 1
+                return fault
+        return None
+
+    def push(self, messages_for: Mapping[str, bytes], protocol: str = FLOOD_PROTOCOL) -> set[str]:
+        sent: dict[str, bytes] = {}
+        again: dict[str, bytes] = {}
+        later: dict[str, bytes] = {}
+        with self._lock:
+            faults = {peer: self._fault() for peer in messages_for}
+        for peer, data in messages_for.items():
+            fault = faults[peer]
+            if fault is LinkFault.DELAY:
+                later[peer] = data
+            elif fault is LinkFault.CORRUPT:
+                sent[peer] = data[:-1] + bytes([data[-1] ^ 0x01]) if data else data
+            elif fault is not LinkFault.DROP:
+                sent[peer] = data
+                if fault is LinkFault.DUPLICATE:
+                    again[peer] = data
+        reached = super().push(sent, protocol) if sent else set()
+        if again:
+            super().push(again, protocol)
+        if later:
+            timer = threading.Timer(self.delay, super().push, (later, protocol))
+            timer.daemon = True
+            timer.start()
+        return reached | set(faults) - set(sent)

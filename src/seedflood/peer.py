@@ -20,11 +20,10 @@ mismatch with this peer's hash at the same step is a divergence too.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import io
 import json
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,10 +33,11 @@ import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
-from seedflood.algorithms.seedflood import message_updates
+from seedflood.algorithms.seedflood import message_updates, state_hash
 from seedflood.messages import Message, quantize
 from seedflood.metrics import atomic_write_bytes, atomic_write_json
 from seedflood.msglog import MessageLog
+from seedflood.robust import ScalarClip
 from seedflood.scoring import TokenizedExample, loss_and_correct
 from seedflood.zo import SubCGEDirection, applied, message_seed, two_point_estimate
 
@@ -47,19 +47,22 @@ ADMISSION_DELAY_ROUNDS = 2
 HASHES_KEPT = 64
 
 
-def state_hash(matrices: Sequence[torch.Tensor]) -> str:
-    """SHA-256 over the trained parameters' bytes, in order: equal hashes, equal models."""
-    digest = hashlib.sha256()
-    for tensor in matrices:
-        digest.update(tensor.detach().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def save_snapshot(path: Path, matrices: Sequence[torch.Tensor], logged: int) -> None:
     """The trained matrices after the first ``logged`` log messages, written atomically."""
     buffer = io.BytesIO()
     torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def _by_step(messages: Sequence[Message]) -> Iterator[tuple[int, list[Message]]]:
+    """(position of the first, messages) for each step of a canonically ordered log."""
+    start = 0
+    while start < len(messages):
+        end = start
+        while end < len(messages) and messages[end].step == messages[start].step:
+            end += 1
+        yield start, list(messages[start:end])
+        start = end
 
 
 class DivergenceError(RuntimeError):
@@ -68,11 +71,13 @@ class DivergenceError(RuntimeError):
 
 @dataclass
 class Seat:
-    """One member of the run: its peer id and the steps it takes part in."""
+    """One member of the run: its peer id, the steps it takes part in, and the public key
+    (hex) its batches are signed with ("" until known)."""
 
     peer_id: str
     first_step: int
     gone_from: int | None = None
+    key: str = ""
 
     def expected_at(self, step: int) -> bool:
         return self.first_step <= step and (self.gone_from is None or step < self.gone_from)
@@ -85,8 +90,11 @@ class Members:
         self.seats = dict(seats)
 
     @classmethod
-    def initial(cls, peer_ids: Sequence[str]) -> Members:
-        return cls({index: Seat(peer_id, 0) for index, peer_id in enumerate(peer_ids)})
+    def initial(cls, peer_ids: Sequence[str], keys: Sequence[str] = ()) -> Members:
+        keys = list(keys) or [""] * len(peer_ids)
+        return cls(
+            {i: Seat(p, 0, key=k) for i, (p, k) in enumerate(zip(peer_ids, keys, strict=True))}
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Members:
@@ -107,6 +115,10 @@ class Members:
             return False
         seat.gone_from = from_step
         return True
+
+
+def admitted(control: Control) -> Seat:
+    return Seat(control["peer"], control["first_step"], key=str(control.get("key", "")))
 
 
 class PeerState:
@@ -133,6 +145,7 @@ class PeerState:
         hash_every: int = 10,
         snapshot_every: int = 100,
         on_divergence: Callable[[str], None] | None = None,
+        clip: ScalarClip | None = None,
     ) -> None:
         self.me, self.clients = me, clients
         self.model, self.direction = model, direction
@@ -155,6 +168,7 @@ class PeerState:
         self.divergences: list[str] = []
         self.committed: list[Message] = []
         self.committed_step = -1
+        self.clip = clip
         self.replayed = self._restore()
         if self.members_path.is_file():
             self.learn(Members.from_json(json.loads(self.members_path.read_text())))
@@ -180,7 +194,14 @@ class PeerState:
             start = snapshot["logged"]
         self.committed = self.log.messages(0)
         tail = self.committed[start:]
-        self._apply(tail)
+        if self.clip is None:
+            self._apply(tail)
+        else:
+            # The clip window needs every committed step again, applied or not.
+            for index, step_messages in _by_step(self.committed):
+                clipped = self.clip.commit(step_messages)
+                if index >= start:
+                    self._apply(clipped)
         if self.committed:
             self.committed_step = self.committed[-1].step
         return len(tail)
@@ -220,6 +241,8 @@ class PeerState:
                     for o, m in sorted(self.pending[t].items())
                     if t < first or o == self.me
                 ]
+                if self.clip is not None:
+                    view = self.clip.clip_pending(view, self.pending)
             batch = sample_batch(self.shard, self.me, step, self.batch_size, self.run_seed)
             with applied(self.direction, self._updates(view)):
                 touch = self.direction.touch(message_seed(self.run_seed, self.me, step), step)
@@ -236,9 +259,10 @@ class PeerState:
                 self._attach(messages[0])
         return messages, losses
 
-    def admit(self, peer_id: str) -> int:
-        """Sponsor a joiner: its admission rides on this client's next message, and it takes
-        part from two rounds after that message's round. Returns its client index."""
+    def admit(self, peer_id: str, key: str = "") -> int:
+        """Sponsor a joiner: its admission (with its public key, so the sponsor's signature
+        vouches for it) rides on this client's next message, and it takes part from two rounds
+        after that message's round. Returns its client index."""
         for index, seat in self.members.seats.items():
             if seat.peer_id == peer_id and seat.gone_from is None:
                 return index
@@ -247,7 +271,7 @@ class PeerState:
             if control["peer"] == peer_id:
                 return control["index"]
         index = max([self.members.next_index(), *(c["index"] + 1 for c in queued)])
-        self.to_attach.append({"kind": "admit", "index": index, "peer": peer_id})
+        self.to_attach.append({"kind": "admit", "index": index, "peer": peer_id, "key": key})
         return index
 
     def _attach(self, carrier: Message) -> None:
@@ -256,7 +280,7 @@ class PeerState:
             if control["kind"] == "admit":
                 round_index = self.round_of(carrier.step) + ADMISSION_DELAY_ROUNDS
                 control["first_step"] = round_index * self.local_steps
-                self.members.seats[control["index"]] = Seat(control["peer"], control["first_step"])
+                self.members.seats[control["index"]] = admitted(control)
                 self._save_members()
         self.carried[carrier.key] = self.to_attach
         self.to_attach = []
@@ -285,7 +309,7 @@ class PeerState:
     def _take(self, carrier: Message, control: Control) -> None:
         self.carried.setdefault(carrier.key, []).append(control)
         if control["kind"] == "admit":
-            self.learn(Members({control["index"]: Seat(control["peer"], control["first_step"])}))
+            self.learn(Members({control["index"]: admitted(control)}))
         elif control["kind"] == "hash":
             self.claims.setdefault(control["step"], {})[carrier.origin] = control["hash"]
             self._check_claims(control["step"])
@@ -295,7 +319,10 @@ class PeerState:
         changed = False
         for index, seat in members.seats.items():
             if index not in self.members.seats:
-                self.members.seats[index] = Seat(seat.peer_id, seat.first_step)
+                self.members.seats[index] = Seat(seat.peer_id, seat.first_step, key=seat.key)
+                changed = True
+            elif seat.key and not self.members.seats[index].key:
+                self.members.seats[index].key = seat.key  # the first key heard is kept
                 changed = True
             if seat.gone_from is not None:
                 changed |= self.depart(index, seat.gone_from)
@@ -344,7 +371,7 @@ class PeerState:
             if not expected or any(index not in held for index in expected):
                 break
             messages = [held[index] for index in expected]
-            self._apply(messages)
+            self._apply(messages if self.clip is None else self.clip.commit(messages))
             self.log.append(messages)
             self.committed += messages
             self.committed_step = step

@@ -20,10 +20,26 @@ from torch import nn
 from seedflood import __version__
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
-from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.algorithms.seedflood import SeedFlood, state_hash
+from seedflood.attacks import PoisoningSeedFlood
+from seedflood.checkpoint import (
+    Progress,
+    checkpoint_path,
+    kill_point,
+    load_checkpoint,
+    maybe_kill,
+    save_checkpoint,
+)
 from seedflood.config import ConfigError, RunConfig
-from seedflood.metrics import atomic_write_json, atomic_write_jsonl, peak_rss_mb
+from seedflood.faults import LinkFaults
+from seedflood.metrics import (
+    atomic_write_json,
+    atomic_write_jsonl,
+    peak_rss_mb,
+    remove_stale_temporaries,
+)
 from seedflood.models import add_lora, load_model
+from seedflood.robust import ScalarClip
 from seedflood.scoring import TokenizedExample, accuracy, tokenize
 from seedflood.tasks import load_task, partition
 from seedflood.topology import Topology, make_topology
@@ -86,11 +102,17 @@ def build_algorithm(
         direction = make_direction(
             config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
         )
-        return SeedFlood(
+        if config.attackers:
+            common = {**common, "attackers": config.attackers, "factor": config.attack_factor}
+        flooding = PoisoningSeedFlood if config.attackers else SeedFlood
+        return flooding(
             direction=direction,
             hops=config.hops or topology.diameter,
             scalar_format=config.scalar_format,
             batched=config.batched_forward,
+            faults=LinkFaults.from_config(config, topology),
+            repair_exchanges=config.repair_exchanges,
+            clip=ScalarClip.from_config(config),
             **common,
         )
     if config.lora:
@@ -181,22 +203,56 @@ def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, flo
     }
 
 
+def _fresh_or_resumed(
+    exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
+) -> Progress:
+    """Where the loop starts: the checkpoint's state with ``resume`` (the algorithm restored in
+    place), else round 0 after a zero-shot evaluation."""
+    if resume and saved_at.is_file():
+        state = load_checkpoint(saved_at, exp.config, exp.algorithm)
+        report(
+            state.round,
+            {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
+        )
+        return state
+    if resume:
+        report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
+    zero_shot = evaluate(exp, exp.test)["accuracy"]
+    report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
+    return Progress(0, [], 0.0, 0.0, zero_shot)
+
+
 def run(
-    config: RunConfig, out_dir: str | Path, progress: ProgressCallback | None = None
+    config: RunConfig,
+    out_dir: str | Path,
+    progress: ProgressCallback | None = None,
+    *,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl."""
+    """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl.
+
+    Every evaluation also writes a checkpoint, and ``resume`` continues from it: a run killed at
+    any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
+    timing fields. The checkpoint is deleted once results.json is written, since a finished run
+    is its results and a model-sized file per run would fill the disk under a comparison grid;
+    so resuming a finished run (without its results from ``compare``) starts it afresh.
+    """
     out = Path(out_dir)
+    saved_at = checkpoint_path(out)
+    for name in ("results.json", "history.jsonl", saved_at.name):
+        remove_stale_temporaries(out / name)
     # A run redone in the same directory must not leave the old results beside the new history.
     (out / "results.json").unlink(missing_ok=True)
-    started = time.perf_counter()
+    if not resume:
+        saved_at.unlink(missing_ok=True)
+    kill = kill_point()
+    report = progress or (lambda _round, _record: None)
     torch.manual_seed(config.seed)
     exp = build(config)
     algorithm = exp.algorithm
-    zero_shot = evaluate(exp, exp.test)["accuracy"]
-    report = progress or (lambda _round, _record: None)
-    report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
-    history: list[dict[str, Any]] = []
-    train_seconds = 0.0
+    state = _fresh_or_resumed(exp, saved_at, resume, report)
+    history, train_seconds = state.history, state.train_seconds
+    started = time.perf_counter() - state.wall_seconds
 
     def record(done: int, stats: dict[str, float]) -> None:
         entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
@@ -204,23 +260,35 @@ def run(
         entry["train_seconds"] = train_seconds
         history.append(entry)
         atomic_write_jsonl(out / "history.jsonl", history)
+        maybe_kill(kill, done, "history")
+        progress_now = Progress(
+            done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
+        )
+        save_checkpoint(saved_at, config, progress_now, algorithm)
 
-    record(0, {})
-    for round_index in range(config.rounds):
+    if not history:
+        record(0, {})
+    for round_index in range(state.round, config.rounds):
         round_started = time.perf_counter()
         stats = algorithm.run_round(round_index)
         train_seconds += time.perf_counter() - round_started
         done = round_index + 1
+        maybe_kill(kill, done, "round")
         if done % config.eval_every == 0 or done == config.rounds:
             record(done, stats)
+        maybe_kill(kill, done, "checkpoint")
         event = "evaluation" if history[-1]["round"] == done else "round"
         report(done, {**history[-1], **stats, "event": event})
     final = evaluate(exp, exp.test)
     traffic = algorithm.traffic()
+    description = algorithm.describe()
+    if "state_hash" not in description:
+        with algorithm.global_view():
+            description["state_hash"] = state_hash(list(algorithm.model.parameters()))
     results = {
         "method": config.name,
         "version": __version__,
-        "zero_shot_accuracy": zero_shot,
+        "zero_shot_accuracy": state.zero_shot_accuracy,
         **final,
         **traffic,
         "rounds": config.rounds,
@@ -228,7 +296,7 @@ def run(
         "clients": config.clients,
         "topology": config.topology,
         "diameter": exp.topology.diameter,
-        **algorithm.describe(),
+        **description,
         "parameters": exp.parameters,
         "test_examples": len(exp.test),
         "data_source": exp.data_source,
@@ -239,4 +307,5 @@ def run(
         "config": config.model_dump(),
     }
     atomic_write_json(out / "results.json", results)
+    saved_at.unlink(missing_ok=True)
     return results

@@ -222,25 +222,38 @@ def _convert(
         except _RowError as err:
             raise DataError(f"{place}: {err}") from None
     if not examples:
-        raise DataError(f"{where} contains no examples")
+        raise DataError(f"{where} contains no examples: it needs one JSON object per line")
     return where, examples
 
 
 def _jsonl_rows(path: pathlib.Path) -> Iterator[tuple[str, Any]]:
+    """Rows with their place, refusing what ``json`` would turn into an unrelated error: bytes that
+    are not UTF-8, nesting deep enough to exhaust the stack, integers too long to convert."""
     if not path.is_file():
         raise DataError(f"{path} not found; {_LAYOUT}")
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
+    try:
+        with path.open("rb") as lines:
+            for number, raw in enumerate(lines, start=1):
+                where = f"{path}, line {number}"
                 try:
-                    yield f"{path}, line {number}", json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DataError(f"{path}, line {number}: not valid JSON ({err})") from None
+                    text = raw.decode("utf-8-sig")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{where}: not UTF-8 text ({err})") from None
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except (ValueError, RecursionError) as err:
+                    raise DataError(f"{where}: not valid JSON ({err})") from None
+                yield where, row
+    except OSError as err:
+        raise DataError(f"cannot read {path}: {err}") from None
 
 
 def _dir_pools(spec: _Spec, root: pathlib.Path) -> tuple[_Pool, _Pool | None, _Pool]:
     if not root.is_dir():
-        raise DataError(f"data directory {root} does not exist; {_LAYOUT}")
+        problem = "is a file, not a directory" if root.exists() else "does not exist"
+        raise DataError(f"data directory {root} {problem}; {_LAYOUT}")
 
     def pool(name: str) -> _Pool:
         path = root / spec.folder / f"{name}.jsonl"
@@ -368,7 +381,10 @@ def partition(
     if n_clients < 1:
         raise DataError(f"n_clients must be >= 1, got {n_clients}")
     if n_clients > len(examples):
-        raise DataError(f"{n_clients} clients but only {len(examples)} training examples")
+        raise DataError(
+            f"{n_clients} clients but only {len(examples)} training examples: every client needs "
+            "one; use fewer clients or more training data"
+        )
     rng = np.random.default_rng(seed)
     if scheme == "uniform":
         shards = [

@@ -36,6 +36,7 @@ TOPOLOGIES: tuple[str, ...] = (
 )
 MIXING_KINDS: tuple[str, ...] = ("metropolis", "uniform")
 MAX_ATTEMPTS = 100
+_SHOWN_COMPONENTS = 5
 
 Edge = tuple[int, int]
 
@@ -86,11 +87,15 @@ class Topology:
             )
         graph = nx.empty_graph(self.n)
         graph.add_edges_from(self.edges)
-        sizes = [len(c) for c in nx.connected_components(graph)]
-        if len(sizes) > 1:
+        components = sorted(nx.connected_components(graph), key=lambda c: (-len(c), min(c)))
+        if len(components) > 1:
+            sizes = [len(c) for c in components]
+            firsts = ", ".join(str(min(c)) for c in components[:_SHOWN_COMPONENTS])
             raise TopologyError(
-                f"topology {self.name!r} with n={self.n} is not connected: {len(sizes)} "
-                f"components of sizes {sorted(sizes, reverse=True)}"
+                f"topology {self.name!r} with n={self.n} is not connected: {len(components)} "
+                f"components of sizes {sizes}; clients in different components never agree on "
+                f"a model: add edges joining the components (their first nodes: {firsts}) or "
+                "match clients to the nodes the graph uses"
             )
 
     def __repr__(self) -> str:
@@ -204,7 +209,9 @@ def _attempt_seed(seed: int, attempt: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed % 2**64, attempt])
 
 
-def _first_connected(name: str, n: int, draw: Callable[[int], list[Edge]], what: str) -> Topology:
+def _first_connected(
+    name: str, n: int, draw: Callable[[int], list[Edge]], what: str, fix: str
+) -> Topology:
     """Rejection sampling: conditioning on connectivity keeps the draw reproducible per seed."""
     last_error: TopologyError | None = None
     for attempt in range(MAX_ATTEMPTS):
@@ -213,34 +220,65 @@ def _first_connected(name: str, n: int, draw: Callable[[int], list[Edge]], what:
         except TopologyError as err:
             last_error = err
     raise TopologyError(
-        f"could not draw a connected {what} in {MAX_ATTEMPTS} attempts (last: {last_error})"
+        f"topology {name!r}: could not draw a connected {what} in {MAX_ATTEMPTS} attempts; "
+        f"{fix} (last attempt: {last_error})"
     )
 
 
-def _random_regular(n: int, degree: int, seed: int) -> Topology:
-    if not 1 <= degree < n:
-        raise TopologyError(f"random_regular needs 1 <= degree < n, got degree={degree}, n={n}")
-    if n * degree % 2:
-        raise TopologyError(f"random_regular needs n*degree even, got degree={degree}, n={n}")
+def _erdos_renyi_p(n: int, p: float | None) -> float:
+    return min(1.0, 2 * math.log(n) / n) if p is None else p
 
+
+def check_parameters(name: str, n: int, *, degree: int = 3, p: float | None = None) -> None:
+    """Refuse the requests that no draw can satisfy, cheaply and before anything is built, so a
+    config can be checked in its first second: the fix is named in config keys because that is
+    where the person who reads the error sets them."""
+    if name not in TOPOLOGIES:
+        raise TopologyError(f"unknown topology {name!r}; allowed: {', '.join(TOPOLOGIES)}")
+    _check_n(name, n)
+    if name == "random_regular":
+        got = f"got degree={degree}, n={n}"
+        if not 1 <= degree < n:
+            raise TopologyError(
+                f"topology 'random_regular' needs 1 <= degree < n, {got}: set topology_degree "
+                f"below clients"
+            )
+        if n * degree % 2:
+            raise TopologyError(
+                f"topology 'random_regular' needs n*degree even, {got}: make topology_degree "
+                "or clients even"
+            )
+        if degree == 1 and n > 2:
+            raise TopologyError(
+                f"topology 'random_regular' with degree 1 is disjoint pairs, never connected "
+                f"for n > 2, {got}: set topology_degree to 2 or more"
+            )
+    if name == "erdos_renyi" and not 0 < _erdos_renyi_p(n, p) <= 1:
+        raise TopologyError(f"topology 'erdos_renyi' needs 0 < p <= 1, got p={p}: set topology_p")
+
+
+def _random_regular(n: int, degree: int, seed: int) -> Topology:
     def draw(attempt: int) -> list[Edge]:
         nx_seed = int(_attempt_seed(seed, attempt).generate_state(1)[0])
         return list(nx.random_regular_graph(degree, n, seed=nx_seed).edges)
 
-    return _first_connected("random_regular", n, draw, f"{degree}-regular graph on n={n}")
+    fix = "raise topology_degree (degree 3 or more is connected almost surely)"
+    return _first_connected("random_regular", n, draw, f"{degree}-regular graph on n={n}", fix)
 
 
 def _erdos_renyi(n: int, p: float | None, seed: int) -> Topology:
-    p = min(1.0, 2 * math.log(n) / n) if p is None else p
-    if not 0 < p <= 1:
-        raise TopologyError(f"erdos_renyi needs 0 < p <= 1, got p={p}")
+    p = _erdos_renyi_p(n, p)
     rows, cols = np.triu_indices(n, k=1)
 
     def draw(attempt: int) -> list[Edge]:
         keep = np.random.default_rng(_attempt_seed(seed, attempt)).random(len(rows)) < p
         return list(zip(rows[keep].tolist(), cols[keep].tolist(), strict=True))
 
-    return _first_connected("erdos_renyi", n, draw, f"G(n={n}, p={p:g})")
+    fix = (
+        f"raise topology_p well above the connectivity threshold ln(n)/n = "
+        f"{math.log(n) / n:.3g}, or leave it unset for 2 ln(n)/n"
+    )
+    return _first_connected("erdos_renyi", n, draw, f"G(n={n}, p={p:g})", fix)
 
 
 def _read_edgelist(path: str | os.PathLike[str], n: int) -> Topology:
@@ -283,9 +321,7 @@ def make_topology(
     ``min(1, 2 ln n / n)``, comfortably above the connectivity threshold ``ln n / n``),
     ``path`` for ``edgelist``, ``seed`` for both random families.
     """
-    if name not in TOPOLOGIES:
-        raise TopologyError(f"unknown topology {name!r}; allowed: {', '.join(TOPOLOGIES)}")
-    _check_n(name, n)
+    check_parameters(name, n, degree=degree, p=p)
     if name == "random_regular":
         return _random_regular(n, degree, seed)
     if name == "erdos_renyi":

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from seedflood.config import ConfigError
+
 DIRECTIONS: tuple[str, ...] = ("subcge", "dense")
 
 
@@ -113,15 +115,27 @@ class SubCGEDirection:
     name = "subcge"
 
     def __init__(
-        self, matrices: Sequence[nn.Parameter], *, rank: int, refresh: int, run_seed: int
+        self,
+        matrices: Sequence[nn.Parameter],
+        *,
+        rank: int,
+        refresh: int,
+        run_seed: int,
+        names: Sequence[str] | None = None,
     ) -> None:
         if not matrices:
             raise ValueError("subcge needs at least one weight matrix to train")
-        smallest = min(w.shape[1] for w in matrices)
+        narrowest = min(range(len(matrices)), key=lambda i: matrices[i].shape[1])
+        smallest = matrices[narrowest].shape[1]
         if rank < 1 or rank > smallest:
-            raise ValueError(
-                f"rank must be between 1 and the smallest matrix input dimension ({smallest}); "
-                f"got {rank}"
+            # V_e has n_in rows and rank orthonormal columns: more columns than rows do not exist.
+            name = names[narrowest] if names is not None else f"#{narrowest}"
+            rows, cols = matrices[narrowest].shape
+            raise ConfigError(
+                f"key 'rank': rank must be between 1 and the smallest matrix input dimension "
+                f"({smallest}); got {rank}. Matrix {name} has shape {rows}x{cols}, and SubCGE's "
+                f"basis for it has rank orthonormal columns of length {cols}: "
+                f"set rank <= {smallest}"
             )
         if refresh < 1:
             raise ValueError(f"refresh must be at least 1 step; got {refresh}")
@@ -265,8 +279,14 @@ def make_direction(
     if kind == "dense":
         return DenseDirection([p for p in model.parameters()])
     if kind == "subcge":
+        matrices = trainable_matrices(model)
+        names = {id(p): name for name, p in model.named_parameters()}
         return SubCGEDirection(
-            trainable_matrices(model), rank=rank, refresh=refresh, run_seed=run_seed
+            matrices,
+            rank=rank,
+            refresh=refresh,
+            run_seed=run_seed,
+            names=[names[id(w)] for w in matrices],
         )
     raise ValueError(f"direction must be one of {DIRECTIONS}; got {kind!r}")
 

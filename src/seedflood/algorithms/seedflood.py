@@ -16,7 +16,8 @@ from client to client by the messages that differ, so views agree with exact one
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,13 @@ import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
+from seedflood.antientropy import AntiEntropy
 from seedflood.batched import Segment, segment_losses
-from seedflood.flooding import FloodState
+from seedflood.faults import FaultyNetwork, LinkFaults
+from seedflood.flooding import FloodState, origins
 from seedflood.messages import Message, quantize
 from seedflood.network import SimulatedNetwork, flood
+from seedflood.robust import ScalarClip
 from seedflood.scoring import TokenizedExample, loss_and_correct
 from seedflood.topology import Topology
 from seedflood.zo import (
@@ -63,12 +67,12 @@ def message_updates(
     ]
 
 
-def origins(mask: int) -> Iterator[int]:
-    """The set bits of ``mask``, lowest first."""
-    while mask:
-        lowest = mask & -mask
-        yield lowest.bit_length() - 1
-        mask ^= lowest
+def state_hash(matrices: Sequence[torch.Tensor]) -> str:
+    """SHA-256 over the trained parameters' bytes, in order: equal hashes, equal models."""
+    digest = hashlib.sha256()
+    for tensor in matrices:
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 class SeedFlood:
@@ -90,6 +94,9 @@ class SeedFlood:
         scalar_format: str,
         run_seed: int,
         batched: bool = False,
+        faults: LinkFaults | None = None,
+        repair_exchanges: int = 64,
+        clip: ScalarClip | None = None,
     ) -> None:
         if len(shards) != topology.n:
             raise ValueError(f"{len(shards)} data shards for {topology.n} clients")
@@ -110,13 +117,27 @@ class SeedFlood:
             )
         self.batched = batched
         self.n = topology.n
-        self.network = SimulatedNetwork(topology.neighbors, scalar_format)
+        if repair_exchanges < 0:
+            raise ValueError(f"repair_exchanges must be >= 0, got {repair_exchanges}")
+        self.repair_exchanges = repair_exchanges
+        # Faults bring their own network and anti-entropy; without them nothing changes at all.
+        self.faulty = (
+            None if faults is None else FaultyNetwork(topology.neighbors, faults, scalar_format)
+        )
+        self.network = self.faulty or SimulatedNetwork(topology.neighbors, scalar_format)
+        self.repair = (
+            None if faults is None else AntiEntropy(topology, local_steps=local_steps, hops=hops)
+        )
         self.floods = [FloodState(i, topology.neighbors[i]) for i in range(self.n)]
         self.pending: dict[int, dict[int, Message]] = {}
         self.committed_step = -1
         self.messages_made = 0
+        self.clip = clip
 
     def updates(self, messages: Sequence[Message], weight: float = 1.0) -> list[Update]:
+        """Updates of pending messages, as views apply them (clipped provisionally)."""
+        if self.clip is not None:
+            messages = self.clip.clip_pending(messages, self.pending)
         return message_updates(
             messages, run_seed=self.run_seed, lr=self.lr, clients=self.n, weight=weight
         )
@@ -256,7 +277,10 @@ class SeedFlood:
         return estimates
 
     def run_round(self, round_index: int) -> dict[str, float]:
-        """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then commit."""
+        """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then (over
+        faulty links) anti-entropy exchanges, then commit."""
+        if self.faulty is not None:
+            self.faulty.at_round(round_index)
         losses, scalars = [], []
         for offset in range(self.local_steps):
             step = round_index * self.local_steps + offset
@@ -265,19 +289,30 @@ class SeedFlood:
             else:
                 estimates = self._estimates_one_by_one(step)
             for client, (scalar, loss) in enumerate(estimates):
-                message = Message(step, client, quantize(scalar, self.scalar_format))
+                message = self.make_message(step, client, scalar)
                 self.floods[client].originate(message)
                 self.pending.setdefault(step, {})[client] = message
                 losses.append(loss)
                 scalars.append(abs(message.scalar))
                 self.messages_made += 1
         flood(self.floods, self.network, self.hops)
+        stats: dict[str, float] = {}
+        if self.repair is not None:
+            exchanges = self.repair.repair(
+                self.floods, self.pending, self.network, round_index, self.repair_exchanges
+            )
+            stats["repair_exchanges"] = float(exchanges)
         self._commit()
         return {
             "train_loss": sum(losses) / len(losses),
             "mean_abs_scalar": sum(scalars) / len(scalars),
             "pending_messages": float(self.pending_held()),
+            **stats,
         }
+
+    def make_message(self, step: int, client: int, scalar: float) -> Message:
+        """The message ``client`` floods for its estimate (fault-injection subclasses lie here)."""
+        return Message(step, client, quantize(scalar, self.scalar_format))
 
     def pending_held(self) -> int:
         """Messages held beyond the committed prefix, summed over clients."""
@@ -289,14 +324,34 @@ class SeedFlood:
         while (step := self.committed_step + 1) in self.pending and all(
             state.held(step) == everyone for state in self.floods
         ):
-            messages = self.pending.pop(step)
-            self.direction.apply(self.updates([messages[o] for o in sorted(messages)]))
+            held = self.pending.pop(step)
+            messages = [held[o] for o in sorted(held)]
+            if self.clip is not None:
+                messages = self.clip.commit(messages)
+            self.direction.apply(
+                message_updates(messages, run_seed=self.run_seed, lr=self.lr, clients=self.n)
+            )
             self.committed_step = step
             for state in self.floods:
                 state.forget_before(step + 1)
 
     def traffic(self) -> dict[str, float]:
-        return self.network.summary()
+        """Flood traffic, and anti-entropy's apart; repair costs nothing over perfect links."""
+        repair = {"repair_bytes_per_edge_max": 0.0, "repair_bytes_per_edge_mean": 0.0}
+        if self.repair is not None:
+            repair = self.repair.summary()
+        return {**self.network.summary(), **repair}
+
+    def trained(self) -> list[torch.Tensor]:
+        """The tensors training changes, in a fixed order: what the committed state is."""
+        if isinstance(self.direction, SubCGEDirection):
+            return list(self.direction.matrices)
+        return [p.data for p in self.direction.params]
+
+    def state_hash(self) -> str:
+        """The committed state's hash (the base, without pending messages): equal on every
+        client once nothing is pending, and comparable with real peers' hashes."""
+        return state_hash(self.trained())
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -304,4 +359,8 @@ class SeedFlood:
             "messages_total": self.messages_made,
             "committed_step": self.committed_step,
             "direction": self.direction.name,
+            "state_hash": self.state_hash(),
+            **({"clipped_messages": self.clip.clipped} if self.clip is not None else {}),
+            **(self.repair.describe() if self.repair is not None else {}),
+            **({"faults_injected": dict(self.faulty.injected)} if self.faulty is not None else {}),
         }

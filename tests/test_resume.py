@@ -1,0 +1,234 @@
+"""A run killed at any point and resumed ends exactly where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from seedflood.checkpoint import (
+    CHECKPOINT_NAME,
+    KILL_AT_VARIABLE,
+    KILL_ROUND_VARIABLE,
+    Progress,
+    load_checkpoint,
+    save_checkpoint,
+)
+from seedflood.cli import app
+from seedflood.config import ConfigError, RunConfig, load_config
+from seedflood.metrics import read_jsonl
+from seedflood.simulator import build, run
+
+ROUNDS, EVAL_EVERY = 9, 3
+TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb"}
+METHODS = {
+    # hops = 1 on a ring of 8 leaves messages pending across rounds: flood states, outboxes and
+    # the pending table all have to come back from the checkpoint.
+    "seedflood": ["method=seedflood", "hops=1"],
+    # Lossy links add per-edge generators, delayed packets and anti-entropy counters.
+    "seedflood-lossy": [
+        "method=seedflood",
+        "hops=1",
+        "link_loss=0.2",
+        "link_duplicate=0.1",
+        "link_reorder=0.2",
+        "link_delay=0.2",
+        "link_delay_hops=2",
+    ],
+    "dsgd": ["method=dsgd"],
+}
+
+
+def overrides(data_dir: Path, method: str) -> list[str]:
+    return [
+        "model=tiny",
+        f"data_dir={data_dir}",
+        "clients=8",
+        "topology=ring",
+        f"rounds={ROUNDS}",
+        f"eval_every={EVAL_EVERY}",
+        "rank=16",
+        "batch_size=2",
+        "n_train=64",
+        "n_val=16",
+        "n_test=24",
+        *METHODS[method],
+    ]
+
+
+def config_of(data_dir: Path, method: str, *extra: str) -> RunConfig:
+    return load_config("configs/quickstart.yaml", [*overrides(data_dir, method), *extra])
+
+
+def cli_args(data_dir: Path, method: str, out: Path) -> list[str]:
+    args = ["run", "configs/quickstart.yaml", "--out", str(out)]
+    for override in overrides(data_dir, method):
+        args += ["--set", override]
+    return args
+
+
+def without_timing(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key not in TIMING}
+
+
+def killed_run(data_dir: Path, method: str, out: Path, kill_round: int, point: str) -> int:
+    """`seedflood run --resume` in a child process told to die after ``kill_round``; its exit
+    status."""
+    env = {**os.environ, KILL_ROUND_VARIABLE: str(kill_round), KILL_AT_VARIABLE: point}
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "seedflood", *cli_args(data_dir, method, out), "--resume"]
+    return subprocess.run(command, env=env, capture_output=True, check=False).returncode
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(
+    data_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[dict, list[dict]]]:
+    finished = {}
+    for method in METHODS:
+        out = tmp_path_factory.mktemp(f"whole-{method}")
+        results = run(config_of(data_dir, method), out)
+        assert not (out / CHECKPOINT_NAME).exists(), "a finished run keeps no checkpoint"
+        finished[method] = (results, read_jsonl(out / "history.jsonl"))
+    return finished
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("point", ["round", "history", "checkpoint"])
+def test_killed_and_resumed_equals_uninterrupted(
+    method: str,
+    point: str,
+    data_dir: Path,
+    tmp_path: Path,
+    uninterrupted: dict[str, tuple[dict, list[dict]]],
+) -> None:
+    """Killed twice, after two drawn rounds (the second time while resuming), then resumed: each
+    time before anything is written (between checkpoints when the round is not an evaluation),
+    between the history file and the checkpoint, or after both."""
+    draw = random.Random(f"{method}-{point}")
+    # The history point exists only at evaluation rounds; the last round's checkpoint is the
+    # last moment before results.json.
+    choices = (
+        range(EVAL_EVERY, ROUNDS + 1, EVAL_EVERY) if point == "history" else range(1, ROUNDS + 1)
+    )
+    for kill_round in sorted(draw.sample(choices, 2)):
+        assert killed_run(data_dir, method, tmp_path, kill_round, point) == 137
+        assert not (tmp_path / "results.json").exists()
+        history = read_jsonl(tmp_path / "history.jsonl")
+        written = kill_round if point != "round" else kill_round - 1
+        assert history[-1]["round"] == written - written % EVAL_EVERY
+        assert (tmp_path / CHECKPOINT_NAME).is_file()
+
+    result = CliRunner().invoke(app, [*cli_args(data_dir, method, tmp_path), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "resumed from" in result.output
+    expected_results, expected_history = uninterrupted[method]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert without_timing(results) == without_timing(json.loads(json.dumps(expected_results)))
+    assert len(results["state_hash"]) == 64
+    resumed_history = read_jsonl(tmp_path / "history.jsonl")
+    assert [without_timing(r) for r in resumed_history] == [
+        without_timing(r) for r in expected_history
+    ]
+    assert [r["round"] for r in resumed_history] == [0, 3, 6, 9]
+    assert not (tmp_path / CHECKPOINT_NAME).exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_resume_refuses_another_config_naming_the_keys(data_dir: Path, tmp_path: Path) -> None:
+    assert killed_run(data_dir, "seedflood", tmp_path, 4, "round") == 137
+    other = config_of(data_dir, "seedflood", "lr=0.02", "eps=0.01")
+    with pytest.raises(ConfigError) as refused:
+        run(other, tmp_path, resume=True)
+    message = str(refused.value)
+    assert "lr (checkpoint 0.01, now 0.02)" in message
+    assert "eps (checkpoint 0.001, now 0.01)" in message
+    assert "batch_size" not in message
+    assert (tmp_path / CHECKPOINT_NAME).is_file(), "a refused resume keeps the checkpoint"
+
+
+def test_resume_without_checkpoint_starts_from_scratch(
+    data_dir: Path, tmp_path: Path, uninterrupted: dict[str, tuple[dict, list[dict]]]
+) -> None:
+    notes: list[str] = []
+    results = run(
+        config_of(data_dir, "dsgd"),
+        tmp_path,
+        lambda _done, record: notes.append(record.get("text", "")),
+        resume=True,
+    )
+    assert f"no checkpoint {tmp_path / CHECKPOINT_NAME}: starting from scratch" in notes
+    assert without_timing(results) == without_timing(uninterrupted["dsgd"][0])
+
+
+def test_state_added_to_an_algorithm_is_saved_without_being_declared(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """What other features add to an algorithm object (a link's generator, a clip window, a cut
+    graph, a helper holding the model) comes back; references to the model point at the new
+    build's, and values shared between attributes stay shared."""
+    config = config_of(data_dir, "seedflood")
+    algorithm = build(config).algorithm
+    algorithm.run_round(0)
+    algorithm.link_rng = random.Random(7)
+    algorithm.link_rng.random()
+    algorithm.clip_window = [0.5, 0.25]
+    algorithm.cut = {"topology": algorithm.topology, "edges": [(0, 1)]}
+    algorithm.helper = {"model": algorithm.model, "first": next(algorithm.model.parameters())}
+    progress = Progress(1, [{"round": 1}], 0.5, 0.75, 0.5)
+    save_checkpoint(tmp_path / CHECKPOINT_NAME, config, progress, algorithm)
+
+    fresh = build(config).algorithm
+    assert load_checkpoint(tmp_path / CHECKPOINT_NAME, config, fresh) == progress
+    assert fresh.link_rng.random() == algorithm.link_rng.random()
+    assert fresh.clip_window == [0.5, 0.25]
+    assert fresh.cut["topology"] is fresh.topology
+    assert fresh.helper["model"] is fresh.model
+    assert fresh.helper["first"] is next(fresh.model.parameters())
+    assert fresh.pending == algorithm.pending and fresh.pending
+    assert fresh.network.traffic is fresh.network.counter.traffic
+    assert fresh.network.summary() == algorithm.network.summary()
+    assert fresh.run_round(1) == algorithm.run_round(1)
+
+
+def test_bad_kill_request_is_refused(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KILL_ROUND_VARIABLE, "3")
+    monkeypatch.setenv(KILL_AT_VARIABLE, "midway")
+    with pytest.raises(ConfigError, match="one of round, history, checkpoint"):
+        run(config_of(data_dir, "dsgd"), tmp_path)
+
+
+def test_compare_resumes_an_interrupted_run_from_its_checkpoint(
+    data_dir: Path, tmp_path: Path, uninterrupted: dict[str, tuple[dict, list[dict]]]
+) -> None:
+    settings = ", ".join(
+        override.replace("=", ": ") for override in overrides(data_dir, "seedflood")
+    )
+    grid = tmp_path / "grid.yaml"
+    base = Path("configs/quickstart.yaml").resolve()
+    grid.write_text(f"base: {base}\ncommon: {{{settings}}}\nvariants:\n  seedflood: {{}}\n")
+    out = tmp_path / "out"
+    env = {**os.environ, KILL_ROUND_VARIABLE: "5", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "seedflood", "compare", str(grid), "--out", str(out)]
+    assert subprocess.run(command, env=env, capture_output=True, check=False).returncode == 137
+
+    result = CliRunner().invoke(app, ["compare", str(grid), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "seedflood: resumed from" in result.output
+    assert "at round 3" in result.output
+    results = json.loads((out / "runs" / "seedflood" / "results.json").read_text())
+    expected = json.loads(json.dumps(uninterrupted["seedflood"][0]))
+    differing = {k for k in results.keys() | expected.keys() if results.get(k) != expected.get(k)}
+    # The grid labels its run; nothing measured differs.
+    assert differing - TIMING == {"config"}
+    assert {**results["config"], "label": None} == {**expected["config"], "label": None}
+    assert results["state_hash"] == expected["state_hash"]
