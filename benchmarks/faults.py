@@ -8,7 +8,7 @@ repair cost per edge next to flooding, and whether the final accuracy and commit
 equal the fault-free run's. By default the tiny random model on synthetic sentences, so it runs
 in a few minutes on a laptop; --model and --data-dir run it on a real model and task.
 
-    python benchmarks/faults.py [--rounds 40] [--model tiny] [--data-dir DIR]
+    python benchmarks/faults.py [--rounds 40] [--model tiny] [--data-dir DIR] [--faults none,loss]
 """
 
 from __future__ import annotations
@@ -90,8 +90,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--data-dir", default=None, help="default: synthetic SST-2 sentences")
+    parser.add_argument("--max-length", type=int, default=32)
+    parser.add_argument(
+        "--faults", default=None, help="comma-separated fault names to run (default: all)"
+    )
     parser.add_argument("--out", default="results/bench/faults.json")
     args = parser.parse_args()
+    names = {f[0] for f in FAULTS}
+    wanted = set(args.faults.split(",")) if args.faults else names
+    if wanted - names or "none" not in wanted:
+        parser.error(f"--faults takes names among {', '.join(sorted(names))}, 'none' included")
+    faults = [f for f in FAULTS if f[0] in wanted]
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data_dir or str(write_synthetic_sst2(Path(scratch) / "data"))
         base = {
@@ -106,17 +115,17 @@ def main() -> None:
             "eval_every": args.rounds,
             "batch_size": 8,
             "lr": 1e-2,
-            "max_length": 32,
+            "max_length": args.max_length,
             "link_seed": 1,
         }
         partition = {"cut_rounds": (args.rounds // 4, args.rounds // 2)}
         results = []
-        for name, rate, fault in FAULTS:
+        for name, rate, fault in faults:
             chosen = partition if name == "partition" else fault
             results.append(run(RunConfig(**base, **chosen), Path(scratch) / f"{name}-{rate}"))
             print(f"done: {name} {rate}", flush=True)
     rows = [
-        row(name, rate, r, results[0]) for (name, rate, _), r in zip(FAULTS, results, strict=True)
+        row(name, rate, r, results[0]) for (name, rate, _), r in zip(faults, results, strict=True)
     ]
     print(table(rows))
     atomic_write_json(

@@ -13,6 +13,7 @@ from seedflood.antientropy import (
     Digest,
     decode_digest,
     digest_of,
+    digest_of_pending,
     encode_digest,
 )
 from seedflood.faults import FaultyNetwork, LinkFaults
@@ -127,3 +128,11 @@ def test_repair_respects_the_flooding_schedule() -> None:
     assert repair.missing(floods, {0: {0: message}}, 0)[5] == 1
     repair.repair(floods, {0: {0: message}}, network, 0, limit=8)
     assert [state.held(0) for state in floods] == [1, 1, 0, 0, 0, 1]
+
+
+def test_a_real_peers_digest_covers_its_committed_prefix_and_pending_holes() -> None:
+    held = {5: {0: Message(5, 0, 1.0), 2: Message(5, 2, 1.0)}, 7: {1: Message(7, 1, 1.0)}}
+    digest = digest_of_pending(4, held, 3)
+    assert digest == Digest((6, 5, 6), (0, 0b10, 0))
+    assert [digest.held(step) for step in (4, 5, 6, 7)] == [0b111, 0b101, 0, 0b010]
+    assert decode_digest(encode_digest(digest)) == digest

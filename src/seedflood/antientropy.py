@@ -29,7 +29,7 @@ clients' models would differ from the fault-free run's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from seedflood.flooding import FloodState, origins
@@ -83,16 +83,33 @@ class Digest:
 
 def digest_of(state: FloodState, count: int) -> Digest:
     """The digest of what ``state`` holds from origins ``0 .. count - 1``."""
-    steps = state.tracked_steps()
-    first_missing = [state.watermark] * count
-    unbroken, expected = (1 << count) - 1, state.watermark
+    return digest_from(state.watermark, state.tracked_steps(), state.held, count)
+
+
+def digest_of_pending(committed_step: int, pending: Pending, count: int) -> Digest:
+    """The digest of a real peer: every step up to ``committed_step``, then what it holds."""
+    return digest_from(
+        committed_step + 1,
+        sorted(pending),
+        lambda step: sum(1 << origin for origin in pending.get(step, {})),
+        count,
+    )
+
+
+def digest_from(
+    watermark: int, steps: Sequence[int], held: Callable[[int], int], count: int
+) -> Digest:
+    """Everything below ``watermark`` is held; ``held(step)`` is the origin bitmask of each of
+    ``steps`` (ascending, at or above the watermark)."""
+    first_missing = [watermark] * count
+    unbroken, expected = (1 << count) - 1, watermark
     for step in steps:
         if step != expected:
             break
-        held = state.held(step)
-        for origin in origins(unbroken & ~held):
+        holders = held(step)
+        for origin in origins(unbroken & ~holders):
             first_missing[origin] = step
-        unbroken &= held
+        unbroken &= holders
         if not unbroken:
             break
         expected = step + 1
@@ -100,7 +117,7 @@ def digest_of(state: FloodState, count: int) -> Digest:
         first_missing[origin] = expected
     gaps = [0] * count
     for step in steps:
-        for origin in origins(state.held(step) & ((1 << count) - 1)):
+        for origin in origins(held(step) & ((1 << count) - 1)):
             if step > first_missing[origin]:
                 gaps[origin] |= 1 << (step - first_missing[origin] - 1)
     return Digest(tuple(first_missing), tuple(gaps))

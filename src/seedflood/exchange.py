@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from seedflood.antientropy import Digest, decode_digest, digest_of_pending, encode_digest
 from seedflood.crypto import Context, SignedBatch, parse_public
 from seedflood.door import Verdict, batch_body, batch_header, read_batches
-from seedflood.messages import SCALAR_BYTES, Message
+from seedflood.messages import SCALAR_BYTES, CodecError, Message
 from seedflood.network import EdgeTraffic
 from seedflood.p2p import (
     FAULTS_VARIABLE,
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
     from seedflood.peer import PeerState
 
 LET_IN = (Verdict.ACCEPTED, Verdict.DUPLICATE)
+
+
+def _lacks(digest: Digest, message: Message) -> bool:
+    return not digest.held(message.step) >> message.origin & 1
 
 
 class Exchange:
@@ -126,12 +131,21 @@ class Exchange:
         return [b for b in passed if self.state.receive(b.messages, b.controls)]
 
     def _on_sync(self, caller: str, data: bytes) -> bytes:
-        since = int(Frame.decode(data).header["since"])
+        """Answer a pull with the batches the caller's digest lacks (all since its committed
+        prefix when it sent none): anti-entropy, so a lossy link costs what was lost."""
+        request = Frame.decode(data)
+        since = int(request.header["since"])
         if caller in self.door.banned:
             raise TransportError(f"{caller} is banned")
+        try:
+            held = decode_digest(request.body) if request.body else None
+        except CodecError as error:
+            raise TransportError(f"{caller} sent a bad digest: {error}") from None
         with self.cond:
             batches = self.door.since(since)
             members = self.state.members.to_json()
+        if held is not None:
+            batches = [b for b in batches if any(_lacks(held, m) for m in b.messages)]
         header = {**batch_header(self.context, batches), "members": members}
         return Frame(header, batch_body(batches, self.config.scalar_format)).encode()
 
@@ -186,7 +200,11 @@ class Exchange:
         for peer in peers:
             with self.cond:
                 since = self.state.committed_step + 1
-            reply = self.link.request(peer, SYNC_PROTOCOL, Frame({"since": since}).encode())
+                held = digest_of_pending(
+                    self.state.committed_step, self.state.pending, self.state.members.next_index()
+                )
+            request = Frame({"since": since}, encode_digest(held)).encode()
+            reply = self.link.request(peer, SYNC_PROTOCOL, request)
             if reply is None or peer in self.door.banned:
                 continue
             try:
