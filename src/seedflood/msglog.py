@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from seedflood.messages import (
@@ -160,3 +160,15 @@ class MessageLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def by_step(messages: Sequence[Message]) -> Iterator[tuple[int, list[Message]]]:
+    """(position of its first message, its messages) for each step of a canonical log: replay
+    that clips needs whole steps."""
+    start = 0
+    while start < len(messages):
+        end = start
+        while end < len(messages) and messages[end].step == messages[start].step:
+            end += 1
+        yield start, list(messages[start:end])
+        start = end

@@ -23,7 +23,7 @@ import bisect
 import io
 import json
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.seedflood import message_updates, state_hash
 from seedflood.messages import Message, quantize
 from seedflood.metrics import atomic_write_bytes, atomic_write_json
-from seedflood.msglog import MessageLog
+from seedflood.msglog import MessageLog, by_step
 from seedflood.robust import ScalarClip
 from seedflood.scoring import TokenizedExample, loss_and_correct
 from seedflood.zo import SubCGEDirection, applied, message_seed, two_point_estimate
@@ -52,17 +52,6 @@ def save_snapshot(path: Path, matrices: Sequence[torch.Tensor], logged: int) -> 
     buffer = io.BytesIO()
     torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def _by_step(messages: Sequence[Message]) -> Iterator[tuple[int, list[Message]]]:
-    """(position of the first, messages) for each step of a canonically ordered log."""
-    start = 0
-    while start < len(messages):
-        end = start
-        while end < len(messages) and messages[end].step == messages[start].step:
-            end += 1
-        yield start, list(messages[start:end])
-        start = end
 
 
 class DivergenceError(RuntimeError):
@@ -198,7 +187,7 @@ class PeerState:
             self._apply(tail)
         else:
             # The clip window needs every committed step again, applied or not.
-            for index, step_messages in _by_step(self.committed):
+            for index, step_messages in by_step(self.committed):
                 clipped = self.clip.commit(step_messages)
                 if index >= start:
                     self._apply(clipped)
