@@ -259,13 +259,24 @@ def compare(
 
 @app.command()
 def report(
-    directories: Annotated[list[Path], typer.Argument(help="Directories holding results.json")],
+    directories: Annotated[
+        list[Path] | None, typer.Argument(help="Directories holding results.json")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Where report.md and plots go")] = None,
+    paper: Annotated[
+        bool, typer.Option("--paper", help="Regenerate docs/results.md from ./results")
+    ] = False,
 ) -> None:
-    """Tables and plots from finished runs."""
+    """Tables and plots from finished runs; --paper: one section per claim of the papers."""
+    from seedflood.paper import write_paper_results
     from seedflood.pipeline.report import find_pipeline_runs, write_pipeline_report
     from seedflood.report import write_report
 
+    if paper:
+        console.print(f"results: {write_paper_results(Path.cwd(), out or Path('docs/results.md'))}")
+        return
+    if not directories:
+        raise _fail(ValueError("give results directories, or --paper"))
     target = out or directories[0]
     pipeline_runs = [run for d in directories if d.exists() for run in find_pipeline_runs(d)]
     try:

@@ -52,7 +52,7 @@ def find_runs(directories: list[Path]) -> list[Run]:
     return runs
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
+def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
@@ -63,7 +63,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
         groups[run.group].append(run)
     rows = []
     for (method, task, topology, clients), members in sorted(groups.items()):
-        accuracy, accuracy_std = _mean_std([m.results["accuracy"] for m in members])
+        accuracy, accuracy_std = mean_std([m.results["accuracy"] for m in members])
         rows.append(
             {
                 "method": method,
@@ -85,7 +85,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
-def _bytes(value: float) -> str:
+def format_bytes(value: float) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if value >= size:
             return f"{value / size:.3g} {unit}"
@@ -116,7 +116,7 @@ def _plot_accuracy_vs_bytes(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def _plot_scaling(rows: list[dict[str, Any]], path: Path) -> bool:
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> bool:
     dsgd = [r for r in rows if r["method"] == "dsgd"]
     if len({r["clients"] for r in rows}) < 2 or not dsgd:
         return False
@@ -251,12 +251,12 @@ def write_report(directories: list[Path], out: Path) -> Path:
         lines.append(
             f"| {r['method']} | {r['task']} | {r['topology']} | {r['clients']} | {r['seeds']} "
             f"| {r['steps']} | {100 * r['accuracy']:.1f} ± {100 * r['accuracy_std']:.1f} "
-            f"| {100 * r['zero_shot']:.1f} | {_bytes(r['bytes_per_edge'])} "
+            f"| {100 * r['zero_shot']:.1f} | {format_bytes(r['bytes_per_edge'])} "
             f"| {r['train_seconds']:.0f} | {r['wall_seconds']:.0f} |"
         )
     _plot_accuracy_vs_bytes(rows, out / "accuracy_vs_bytes.png")
     lines += ["", "![accuracy vs bytes per edge](accuracy_vs_bytes.png)", ""]
-    if _plot_scaling(rows, out / "scaling.png"):
+    if plot_scaling(rows, out / "scaling.png"):
         lines += ["![accuracy normalised to DSGD at the fewest clients](scaling.png)", ""]
     _plot_curves(runs, out / "curves.png")
     lines += ["![validation accuracy over steps and wall time](curves.png)", ""]

@@ -1,0 +1,150 @@
+"""docs/results.md's generator on fabricated results: sections, numbers, determinism, grids.
+
+Fabricated files copy the real schemas (results/compare-sst2-ring16/runs/*/results.json, the
+bench JSONs, pipeline runs), so a schema change that breaks the document breaks these tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seedflood.compare import plan
+from seedflood.paper import write_paper_results
+from seedflood.paper_bench import codec_bytes_per_edge
+
+REPO = Path(__file__).resolve().parents[1]
+HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
+
+
+def _run(root: Path, directory: str, name: str, accuracy: float, **config: object) -> None:
+    """One results.json in the shape the simulator writes (only the fields the generator reads
+    differ between runs)."""
+    full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
+    full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
+    full |= {"eps": 0.001, "direction": "subcge", "rank": 32, "refresh": 1000, "hops": None}
+    full |= {"n_train": 1024, "n_test": 500, "seed": 0, **config}
+    method = str(full["label"])
+    results = {
+        "accuracy": accuracy,
+        "bytes_per_edge_max": 3840.0 if method.startswith(("seedflood", "hops")) else 3.2e9,
+        "clients": full["clients"],
+        "config": full,
+        "data_notes": [],
+        "diameter": int(full["clients"]) // 2,
+        "method": method,
+        "rounds": full["rounds"],
+        "steps": full["rounds"],
+        "topology": full["topology"],
+        "train_seconds": 100.0,
+        "wall_seconds": 120.0,
+        "zero_shot_accuracy": 0.496,
+    }
+    path = root / "results" / directory / "runs" / name / "results.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(results))
+
+
+def _bench(root: Path) -> None:
+    bench = root / "results" / "bench"
+    bench.mkdir(parents=True)
+    row = {"local_steps": 5, "scalar_format": "fp32", "bytes_per_edge_max": 399584.0}
+    row |= {"bytes_per_message": 4.9948, "messages_per_edge_max": 80000.0}
+    flood = {"clients": 16, "steps": 5000, "topology": "ring", "paper_bytes_per_edge": 400000}
+    (bench / "flood_bytes.json").write_text(json.dumps({**flood, "rows": [row]}))
+    apply_rows = [
+        {"messages": 1, "merged_seconds": 0.07, "scatter_seconds": 0.008},
+        {"messages": 1024, "merged_seconds": 0.25, "scatter_seconds": 0.5},
+    ]
+    apply = {"model": "smollm2-135m", "parameters": 134515008, "rank": 32, "threads": 2}
+    apply |= {"repeats": 5, "dense_messages_measured": 3, "dense_seconds_per_message": 0.5}
+    (bench / "apply_cost.json").write_text(json.dumps({**apply, "rows": apply_rows}))
+
+
+def _pipeline(root: Path) -> None:
+    runs = root / "results" / "pipeline-compare" / "runs"
+    runs.mkdir(parents=True)
+    for router, time_s, rate in (("gwtf", 600.0, 0.3), ("swarm", 1000.0, 0.2)):
+        run = {"kind": "pipeline", "router": router, "resources": "homogeneous", "churn": "high"}
+        run |= {"seed": 0, "time_to_target_s": time_s, "throughput": rate, "iterations": []}
+        run |= {"wasted_fraction": 0.1, "idle_fraction": 0.5, "microbatches_target": 200}
+        (runs / f"homogeneous-high-s0-{router}.json").write_text(json.dumps(run))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    _bench(tmp_path)
+    _pipeline(tmp_path)
+    for method, accuracy in (("seedflood", 0.75), ("dsgd", 0.80), ("dzsgd", 0.5)):
+        for seed, shift in ((0, 0.01), (1, -0.01)):
+            name = f"{method}_topology-ring_clients-16_seed-{seed}"
+            _run(tmp_path, "paper-main-sst2", name, accuracy + shift, seed=seed, method=method)
+    for hops, accuracy in ((1, 0.55), (4, 0.71), (None, 0.72)):
+        name = f"hops-{hops or 'diameter'}_seed-0"
+        _run(tmp_path, "paper-hops", name, accuracy, clients=64, hops=hops)
+    return tmp_path
+
+
+def test_every_section_with_the_files_numbers(root: Path) -> None:
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    positions = [text.index(heading) for heading in HEADINGS]
+    assert positions == sorted(positions)
+    # main: seedflood 0.76/0.74 → 75.0 ± 1.4, 0.75 / 0.80 = 93.8% of DSGD, 3.84 KB per edge
+    assert (
+        "| seedflood | sst2 | ring | 16 | 2 | 30 | 75.0 ± 1.4 | 93.8% | 94–96% | 3.84 KB |" in text
+    )
+    assert (
+        "`results/paper-main-sst2/runs/seedflood_topology-ring_clients-16_seed-1/results.json`"
+        in text
+    )
+    assert "**Verdict: partly** (an incomplete grid" in text
+    assert "seedflood compare configs/paper/main-boolq.yaml --out results/paper-main-boolq" in text
+    assert "compare-sst2-ring16" not in text  # the fallback only stands in when no main grid ran
+    # bytes: the bench's number and the codec's agree
+    assert "| 5 | fp32 | 399,584 | 4.99 | 399,584 | 400,000 (~400 KB) |" in text
+    # absent sections name their command
+    assert "seedflood compare configs/paper/scaling-sst2.yaml --out results/paper-scaling" in text
+    assert "seedflood compare configs/paper/subcge-ablation.yaml --out results/paper-subcge" in text
+    assert text.count("**Verdict: not yet run.**") == 2
+    # hops: 71.0 is within 2 points of 72.0; 55.6 is not; k = 2 and 8 are missing
+    assert "| 1 | 1 | 55.0 | -17.0 | 3.84 KB |" in text
+    assert "| 4 | 1 | 71.0 | -1.0 |" in text
+    assert "| 8 | 0 | not yet run |" in text
+    assert "no loss at k = 4; loss at k = 1; not yet run: k = 2, 8." in text
+    # apply cost: dense 1024 × 0.5 = 512 s against SubCGE's best 0.25 s
+    assert "| 1,024 | 0.2500 | 0.5000 | 512.0 |" in text
+    assert "**Verdict: reproduced**: at 1,024 messages SubCGE takes 0.250 s and dense 512 s" in text
+    assert (root / "docs" / "img" / "results_apply_cost.png").stat().st_size > 1000
+    # pipeline: 1 − 600/1000 = 40% less time, 0.3/0.2 − 1 = 50% more throughput
+    assert "| homogeneous | high | 1 | 600 | 1000 | 40.0% | 50.0% |" in text
+    assert "**Verdict: reproduced**: GWTF ahead of SWARM in every cell; up to 40.0%" in text
+
+
+def test_fallback_and_absent_results(tmp_path: Path) -> None:
+    _run(tmp_path, "compare-sst2-ring16", "seedflood_seed-0", 0.72, method="seedflood")
+    _run(tmp_path, "compare-sst2-ring16", "dsgd_seed-0", 0.786, method="dsgd")
+    text = write_paper_results(tmp_path, tmp_path / "results.md").read_text()
+    assert "earlier single-setting comparison `results/compare-sst2-ring16`" in text
+    assert "SeedFlood at 91.6% of DSGD (paper 94–96%)" in text
+    assert "seedflood compare configs/paper/hops-ring64.yaml --out results/paper-hops" in text
+    assert text.count("**Verdict: not yet run.**") == 5  # sections 2-6; 1 shows the fallback
+
+
+def test_regenerating_gives_the_same_bytes(root: Path) -> None:
+    out = root / "docs" / "results.md"
+    first = write_paper_results(root, out).read_bytes()
+    assert write_paper_results(root, out).read_bytes() == first
+
+
+def test_codec_bytes_match_the_flooding_benchmark() -> None:
+    # 26 rounds with a 1-byte base step (24-byte packets), 974 with 2 bytes (25): × 16 origins
+    assert codec_bytes_per_edge(16, 5000, 5, "fp32") == 16 * (26 * 24 + 974 * 25) == 399_584
+    assert codec_bytes_per_edge(16, 5000, 1, "fp32") == 717_952
+
+
+@pytest.mark.parametrize("grid", sorted((REPO / "configs" / "paper").glob("*.yaml")), ids=str)
+def test_every_paper_grid_is_valid(grid: Path) -> None:
+    runs = plan(grid)
+    assert runs and len({run.name for run in runs}) == len(runs)
