@@ -13,10 +13,11 @@ from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.gossip import Gossip
 from seedflood.config import ConfigError, RunConfig
 from seedflood.models import add_lora, load_model
-from seedflood.scoring import batch_loss, tokenize
+from seedflood.scoring import batch_loss, loss_and_correct, tokenize
 from seedflood.simulator import check_memory
 from seedflood.tasks import Example, partition
 from seedflood.topology import Topology, make_topology
+from seedflood.zo import DenseDirection, message_seed
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor"]
 
@@ -122,6 +123,33 @@ def test_dzsgd_sends_every_parameter_in_fp32(tiny) -> None:
     assert traffic["messages_per_edge_max"] == 2 * 2
     assert traffic["bytes_per_edge_max"] == traffic["bytes_per_edge_mean"] == 2 * 2 * 4 * d
     assert dzsgd.consensus_distance() > 0
+
+
+def test_dzsgd_local_step_is_mezos_update_with_the_messages_seed(tiny) -> None:
+    """x ← x − η g u, with u drawn once from the (run seed, client, step) seed and g the two-point
+    estimate on the client's minibatch, computed by hand here."""
+    topology = make_topology("ring", 3)
+    dzsgd = make_gossip(tiny, topology, estimator="zo", lr=1e-2)
+    before = dzsgd.x[1].clone()
+    dzsgd.local_step(1, 0)
+    batch = sample_batch(dzsgd.shards[1], 1, 0, dzsgd.batch_size, dzsgd.run_seed)
+    dzsgd._bind(before.clone())
+    u = torch.cat(
+        [
+            v.flatten()
+            for v in DenseDirection(dzsgd.params)
+            .touch(message_seed(dzsgd.run_seed, 1, 0), 0)
+            .values
+        ]
+    )
+    losses = []
+    for sign in (1.0, -1.0):
+        dzsgd._bind(before + (u * (sign * dzsgd.eps)))
+        losses.append(loss_and_correct(dzsgd.model, batch, dzsgd.pad_id)[0])
+    g = (losses[0] - losses[1]) / (2 * dzsgd.eps)
+    assert g != 0
+    assert torch.equal(dzsgd.x[1], before + u * (-dzsgd.lr * g))
+    assert torch.equal(dzsgd.x[0], dzsgd.x[2])
 
 
 def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:

@@ -210,6 +210,9 @@ def compare(
         bool,
         typer.Option(help="Continue an interrupted run from its checkpoint (else restart it)"),
     ] = True,
+    only: Annotated[
+        str | None, typer.Option(help="Comma-separated variants to run (default: all)")
+    ] = None,
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
     from seedflood.checkpoint import CheckpointError
@@ -218,7 +221,7 @@ def compare(
     from seedflood.simulator import run as run_simulation
 
     try:
-        runs = plan(grid_file)
+        runs = plan(grid_file, [v.strip() for v in only.split(",")] if only else ())
     except ConfigError as error:
         raise _fail(error) from None
     out_dir = out or Path("results") / grid_file.stem

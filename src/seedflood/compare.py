@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,9 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def plan(grid_file: str | Path) -> list[PlannedRun]:
-    """Every run of a grid file, validated, in a fixed order."""
+def plan(grid_file: str | Path, only: Sequence[str] = ()) -> list[PlannedRun]:
+    """Every run of a grid file, validated, in a fixed order; with ``only``, the runs of those
+    variants (so one grid can be split between processes or machines that share its directory)."""
     path = Path(grid_file)
     if not path.is_file():
         raise ConfigError(f"grid file not found: {path}")
@@ -79,6 +81,14 @@ def plan(grid_file: str | Path) -> list[PlannedRun]:
     base = (path.parent / spec["base"]) if spec.get("base") else None
     common = _mapping(spec.get("common"), "common")
     variants = _mapping(spec.get("variants"), "variants") or {"run": {}}
+    unknown = sorted(set(only) - set(variants))
+    if unknown:
+        raise ConfigError(
+            f"--only names variant(s) {unknown} that {path} lacks; its variants: "
+            f"{', '.join(variants)}"
+        )
+    if only:
+        variants = {name: value for name, value in variants.items() if name in only}
     sweep = _mapping(spec.get("grid"), "grid")
     runs = []
     for variant, overrides in variants.items():

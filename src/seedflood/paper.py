@@ -22,6 +22,7 @@ from seedflood.paper_bench import (
     pipeline_section,
     rel,
 )
+from seedflood.paper_tuning import tuning_section
 from seedflood.report import Run, find_runs, format_bytes, mean_std, plot_scaling, summarize
 
 MAIN_TASKS = ("sst2", "boolq", "rte")
@@ -154,7 +155,11 @@ def _main_section(root: Path, out: Path) -> list[str]:
             "",
         ]
     if not directories:
-        return [*lines, *_not_yet_run("main-sst2.yaml", "results/paper-main-sst2")]
+        return [
+            *lines,
+            *_not_yet_run("main-sst2.yaml", "results/paper-main-sst2"),
+            *tuning_section(root, []),
+        ]
     runs = [run for d in directories for run in find_runs([d])]
     rows, groups = summarize(runs), _groups(runs)
     dsgd = {
@@ -163,6 +168,7 @@ def _main_section(root: Path, out: Path) -> list[str]:
         if r["method"] == "dsgd"
     }
     lines += _setting(runs, root)
+    lines += tuning_section(root, [] if fallback else runs)
     lines += [
         "Accuracy: test accuracy of the average model, mean ± std over seeds; bytes: the busiest "
         "edge's total, both directions; paper columns: its OPT-1.3B numbers.",

@@ -1,0 +1,106 @@
+"""The learning-rate search behind docs/results.md's main table: each method's grid and pick.
+
+The paper tunes a learning rate per method; a comparison at hand-set rates measures the rates as
+much as the methods. So every method runs a small grid (configs/paper/tune-*.yaml) and its rate is
+the one with the best validation accuracy: the last evaluation in the run's history, which reads
+the validation split, never the test set the main table reports. The section states the grid, the
+validation accuracy of every point and the pick, and names main-table runs made at another rate.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from seedflood.paper_bench import pct, rel
+from seedflood.report import Run, find_runs
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    lr: float
+    validation: float
+    test: float
+    source: str
+
+
+def _validation_accuracy(run: Run) -> float:
+    if not run.history or "accuracy" not in run.history[-1]:
+        raise ValueError(f"{run.directory}: no evaluation in history.jsonl to tune on")
+    return float(run.history[-1]["accuracy"])
+
+
+def tuning_grids(root: Path) -> dict[tuple[str, str], list[GridPoint]]:
+    """(task, method) → its grid points by rate, from every results/paper-tune-* directory."""
+    grids: dict[tuple[str, str], list[GridPoint]] = defaultdict(list)
+    for directory in sorted((root / "results").glob("paper-tune-*")):
+        if not any(directory.rglob("results.json")):
+            continue
+        for run in find_runs([directory]):
+            config = run.results["config"]
+            grids[config["task"], run.results["method"]].append(
+                GridPoint(
+                    lr=float(config["lr"]),
+                    validation=_validation_accuracy(run),
+                    test=float(run.results["accuracy"]),
+                    source=rel(run.directory / "results.json", root),
+                )
+            )
+    return {key: sorted(points, key=lambda p: p.lr) for key, points in sorted(grids.items())}
+
+
+def pick(points: list[GridPoint]) -> GridPoint:
+    """The best validation accuracy; a tie goes to the smaller rate, the safer of the two."""
+    return max(points, key=lambda p: (p.validation, -p.lr))
+
+
+def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
+    """method → tuned learning rate for ``task`` (empty when no search has run). The search runs
+    on SST-2 and its rates serve every task: a search per task would triple its cost here."""
+    return {
+        method: pick(points).lr
+        for (searched, method), points in tuning_grids(root).items()
+        if searched == task
+    }
+
+
+def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
+    """Markdown: the grid per method with validation accuracy, the pick, and mismatches."""
+    lines = ["### Learning rates: the search", ""]
+    grids = tuning_grids(root)
+    if not grids:
+        return [
+            *lines,
+            "**Not yet run.** The main table uses hand-set rates until `seedflood compare "
+            "configs/paper/tune-sst2.yaml --out results/paper-tune-sst2` has run.",
+            "",
+        ]
+    lines += [
+        "Each method's rate is the grid point with the best validation accuracy (200 validation "
+        "examples, evaluated once at the end of the run; a tie goes to the smaller rate). Grid "
+        "runs: SST-2, 16-client ring, seed 0, the main table's steps "
+        "(configs/paper/tune-sst2.yaml); the SST-2 rates serve every task. Test accuracy of the "
+        "same runs is shown for reference, not used to choose.",
+        "",
+        "| task | method | grid: lr → validation % (test %) | tuned lr | source of the pick |",
+        "|---|---|---|---|---|",
+    ]
+    for (task, method), points in grids.items():
+        best = pick(points)
+        cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
+        lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
+    lines.append("")
+    rates = tuned_rates(root)
+    untuned = sorted(
+        {
+            f"{method} on {run.results['config']['task']} at lr {run.results['config']['lr']:g}"
+            f" (tuned: {rates[method]:g})"
+            for run in main_runs
+            if (method := run.results["method"]) in rates
+            and float(run.results["config"]["lr"]) != rates[method]
+        }
+    )
+    if untuned:
+        lines += ["Main-table runs at a rate other than the tuned one: " + "; ".join(untuned), ""]
+    return lines
