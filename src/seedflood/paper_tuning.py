@@ -13,8 +13,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedflood.compare import plan
 from seedflood.paper_bench import pct, rel
 from seedflood.report import Run, find_runs
+
+SEARCH_GRID = "configs/paper/tune-sst2.yaml"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,20 @@ def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
     }
 
 
+def _not_searched(root: Path, searched: set[str]) -> list[str]:
+    """The search grid's variants with no run yet, and the command that runs them."""
+    grid = root / SEARCH_GRID
+    if not grid.is_file():
+        return []
+    missing = sorted({run.config.name for run in plan(grid)} - searched)
+    if not missing:
+        return []
+    command = (
+        f"seedflood compare {SEARCH_GRID} --out results/paper-tune-sst2 --only {','.join(missing)}"
+    )
+    return [f"Not yet searched: {', '.join(missing)} (`{command}`).", ""]
+
+
 def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     """Markdown: the grid per method with validation accuracy, the pick, and mismatches."""
     lines = ["### Learning rates: the search", ""]
@@ -91,6 +108,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
         lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
     lines.append("")
+    lines += _not_searched(root, {method for _, method in grids})
     rates = tuned_rates(root)
     untuned = sorted(
         {
