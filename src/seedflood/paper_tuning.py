@@ -68,18 +68,23 @@ def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
     }
 
 
-def _not_searched(root: Path, searched: set[str]) -> list[str]:
-    """The search grid's variants with no run yet, and the command that runs them."""
+def _not_searched(root: Path, done: set[tuple[str, float]]) -> list[str]:
+    """The search grid's points with no run yet, by method, and the command that runs them."""
     grid = root / SEARCH_GRID
     if not grid.is_file():
         return []
-    missing = sorted({run.config.name for run in plan(grid)} - searched)
+    missing: dict[str, list[float]] = defaultdict(list)
+    for run in plan(grid):
+        if (run.config.name, run.config.lr) not in done:
+            missing[run.config.name].append(run.config.lr)
     if not missing:
         return []
+    methods = sorted(missing)
+    listed = "; ".join(f"{m} at lr {', '.join(f'{lr:g}' for lr in missing[m])}" for m in methods)
     command = (
-        f"seedflood compare {SEARCH_GRID} --out results/paper-tune-sst2 --only {','.join(missing)}"
+        f"seedflood compare {SEARCH_GRID} --out results/paper-tune-sst2 --only {','.join(methods)}"
     )
-    return [f"Not yet searched: {', '.join(missing)} (`{command}`).", ""]
+    return [f"Not yet run: {listed} (`{command}` runs them and skips the rest).", ""]
 
 
 def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
@@ -108,7 +113,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
         lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
     lines.append("")
-    lines += _not_searched(root, {method for _, method in grids})
+    lines += _not_searched(root, {(m, p.lr) for (_, m), points in grids.items() for p in points})
     rates = tuned_rates(root)
     untuned = sorted(
         {
