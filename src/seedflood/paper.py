@@ -23,7 +23,15 @@ from seedflood.paper_bench import (
     rel,
 )
 from seedflood.paper_tuning import tuning_section
-from seedflood.report import Run, find_runs, format_bytes, mean_std, plot_scaling, summarize
+from seedflood.report import (
+    Run,
+    find_runs,
+    format_bytes,
+    mean_std,
+    plot_scaling,
+    present_runs,
+    summarize,
+)
 
 MAIN_TASKS = ("sst2", "boolq", "rte")
 # The SeedFlood paper's numbers (notes in /work/shared/papers/seedflood.md, sections 9.1-9.5).
@@ -42,10 +50,6 @@ SETTING_KEYS = (
     "direction", "rank", "refresh", "hops", "n_train", "n_test",
 )  # fmt: skip
 HOPS_TOLERANCE = 0.02  # two points: about one standard error of 500 test examples at 70%
-
-
-def _present(directory: Path) -> list[Run]:
-    return find_runs([directory]) if any(directory.rglob("results.json")) else []
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -143,11 +147,11 @@ def _main_verdict(rows: list[dict[str, Any]], complete: bool, fallback: bool) ->
 def _main_section(root: Path, out: Path) -> list[str]:
     lines = ["## 1. Main table: every method × task × topology", ""]
     results = root / "results"
-    directories = [d for d in sorted(results.glob("paper-main-*")) if _present(d)]
+    directories = [d for d in sorted(results.glob("paper-main-*")) if present_runs(d)]
     missing = [t for t in MAIN_TASKS if results / f"paper-main-{t}" not in directories]
     fallback = not directories
     if fallback:
-        directories = [d for d in [results / "compare-sst2-ring16"] if _present(d)]
+        directories = [d for d in [results / "compare-sst2-ring16"] if present_runs(d)]
         lines += [
             "**The paper-main grids have not run yet.** Shown instead: the earlier single-setting "
             "comparison `results/compare-sst2-ring16` (SST-2, 16-client ring, one seed; "
@@ -203,7 +207,7 @@ def _main_section(root: Path, out: Path) -> list[str]:
 
 def _scaling_section(root: Path, out: Path) -> list[str]:
     lines = ["## 2. Scaling: 16 to 128 clients, normalised to DSGD@16", ""]
-    runs = _present(root / "results" / "paper-scaling")
+    runs = present_runs(root / "results" / "paper-scaling")
     if not runs:
         return lines + _not_yet_run("scaling-sst2.yaml", "results/paper-scaling")
     rows, groups = summarize(runs), _groups(runs)
@@ -263,7 +267,7 @@ def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:
 
 def _subcge_section(root: Path) -> list[str]:
     lines = ["## 3. SubCGE rank × refresh period", ""]
-    runs = _present(root / "results" / "paper-subcge")
+    runs = present_runs(root / "results" / "paper-subcge")
     if not runs:
         return lines + _not_yet_run("subcge-ablation.yaml", "results/paper-subcge")
     groups = _by_config(runs, "rank", "refresh")
@@ -308,7 +312,7 @@ def _subcge_section(root: Path) -> list[str]:
 
 def _hops_section(root: Path) -> list[str]:
     lines = ["## 4. Flooding hops per round on a 64-client ring", ""]
-    runs = _present(root / "results" / "paper-hops")
+    runs = present_runs(root / "results" / "paper-hops")
     if not runs:
         return lines + _not_yet_run("hops-ring64.yaml", "results/paper-hops")
     groups: dict[str, list[Run]] = defaultdict(list)

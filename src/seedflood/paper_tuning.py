@@ -15,7 +15,7 @@ from pathlib import Path
 
 from seedflood.compare import plan
 from seedflood.paper_bench import pct, rel
-from seedflood.report import Run, find_runs
+from seedflood.report import Run, present_runs
 
 SEARCH_GRID = "configs/paper/tune-sst2.yaml"
 
@@ -38,9 +38,7 @@ def tuning_grids(root: Path) -> dict[tuple[str, str], list[GridPoint]]:
     """(task, method) → its grid points by rate, from every results/paper-tune-* directory."""
     grids: dict[tuple[str, str], list[GridPoint]] = defaultdict(list)
     for directory in sorted((root / "results").glob("paper-tune-*")):
-        if not any(directory.rglob("results.json")):
-            continue
-        for run in find_runs([directory]):
+        for run in present_runs(directory):
             config = run.results["config"]
             grids[config["task"], run.results["method"]].append(
                 GridPoint(
@@ -58,17 +56,19 @@ def pick(points: list[GridPoint]) -> GridPoint:
     return max(points, key=lambda p: (p.validation, -p.lr))
 
 
-def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
-    """method → tuned learning rate for ``task`` (empty when no search has run). The search runs
-    on SST-2 and its rates serve every task: a search per task would triple its cost here."""
+def _picks(grids: dict[tuple[str, str], list[GridPoint]], task: str) -> dict[str, float]:
     return {
-        method: pick(points).lr
-        for (searched, method), points in tuning_grids(root).items()
-        if searched == task
+        method: pick(points).lr for (searched, method), points in grids.items() if searched == task
     }
 
 
-def _not_searched(root: Path, done: set[tuple[str, float]]) -> list[str]:
+def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
+    """method → tuned learning rate for ``task`` (empty when no search has run). The search runs
+    on SST-2 and its rates serve every task: a search per task would triple its cost here."""
+    return _picks(tuning_grids(root), task)
+
+
+def _missing_points(root: Path, done: set[tuple[str, float]]) -> list[str]:
     """The search grid's points with no run yet, by method, and the command that runs them."""
     grid = root / SEARCH_GRID
     if not grid.is_file():
@@ -113,8 +113,8 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
         lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
     lines.append("")
-    lines += _not_searched(root, {(m, p.lr) for (_, m), points in grids.items() for p in points})
-    rates = tuned_rates(root)
+    lines += _missing_points(root, {(m, p.lr) for (_, m), points in grids.items() for p in points})
+    rates = _picks(grids, "sst2")
     untuned = sorted(
         {
             f"{method} on {run.results['config']['task']} at lr {run.results['config']['lr']:g}"

@@ -52,6 +52,12 @@ def find_runs(directories: list[Path]) -> list[Run]:
     return runs
 
 
+def present_runs(directory: Path) -> list[Run]:
+    """The runs under ``directory``, or none when it holds no results yet (where ``find_runs``
+    raises): for readers that show whatever part of a grid has finished."""
+    return find_runs([directory]) if any(directory.rglob("results.json")) else []
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
