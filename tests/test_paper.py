@@ -135,6 +135,44 @@ def test_fallback_and_absent_results(tmp_path: Path) -> None:
     assert text.count("**Verdict: not yet run.**") == 5  # sections 2-6; 1 shows the fallback
 
 
+def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
+    for method, clients, accuracy in (
+        ("dsgd", 16, 0.80),
+        ("seedflood", 16, 0.76),
+        ("seedflood", 128, 0.80),
+        ("dsgd-lora", 16, 0.70),
+        ("dsgd-lora", 128, 0.60),
+        ("choco-lora", 16, 0.68),
+        ("choco-lora", 64, 0.66),
+    ):
+        name = f"{method}_clients-{clients}_seed-0"
+        _run(root, "paper-scaling", name, accuracy, clients=clients, method=method)
+    for rank, refresh, accuracy in ((8, 1000, 0.70), (32, 1000, 0.74), (32, 1, 0.66)):
+        name = f"seedflood_refresh-{refresh}_rank-{rank}_seed-0"
+        _run(root, "paper-subcge", name, accuracy, rank=rank, refresh=refresh)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    # normalised to DSGD@16 (0.80): 0.76 → 95.0%, 0.60 → 75.0%; 32 clients ran for nobody
+    assert "| method | 16 | 64 | 128 |" in text
+    assert "| seedflood | 95.0% | – | 100.0% |" in text
+    assert "| dsgd-lora | 87.5% | – | 75.0% |" in text
+    assert "| choco-lora | 85.0% | 82.5% | – |" in text
+    assert "**Verdict: reproduced**: SeedFlood 100.0% at 128 clients (paper 100.2% at 128)" in text
+    assert (
+        "degrade from fewest to most clients: choco-lora, dsgd-lora of choco-lora, dsgd-lora"
+        in text
+    )
+    assert (root / "docs" / "img" / "results_scaling.png").stat().st_size > 1000
+    # a period longer than the 30-step run never refreshes; empty cells stay empty
+    assert "| rank | T = 1 | T = 1000 (never) |" in text
+    assert "| 8 | – | 70.0 ± 0.0 |" in text
+    assert "| 32 | 66.0 ± 0.0 | 74.0 ± 0.0 |" in text
+    assert (
+        "**Verdict: reproduced**: best cell rank 32, T = 1000 (74.0%); best with rank < 32 70.0%"
+        in text
+    )
+    assert text.count("**Verdict: not yet run.**") == 0
+
+
 def test_regenerating_gives_the_same_bytes(root: Path) -> None:
     out = root / "docs" / "results.md"
     first = write_paper_results(root, out).read_bytes()

@@ -265,6 +265,10 @@ def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:
     return groups
 
 
+def _period(refresh: int, steps: int) -> str:
+    return f"T = {refresh}" + (" (never)" if refresh >= steps else "")
+
+
 def _subcge_section(root: Path) -> list[str]:
     lines = ["## 3. SubCGE rank × refresh period", ""]
     runs = present_runs(root / "results" / "paper-subcge")
@@ -280,7 +284,7 @@ def _subcge_section(root: Path) -> list[str]:
         "(the paper's T = 100, 1,000, 5,000 of 5,000 steps). Paper: rank < 32 or short T hurts; "
         "rank ≥ 32 with T ≈ 1,000–5,000 is best.",
         "",
-        f"| rank | {' | '.join(f'T = {t}' for t in refreshes)} |",
+        f"| rank | {' | '.join(_period(t, steps) for t in refreshes)} |",
         "|---" * (len(refreshes) + 1) + "|",
     ]
     for rank in ranks:
