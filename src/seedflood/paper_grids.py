@@ -1,0 +1,48 @@
+"""What of each configs/paper grid has run, for docs/results.md to say beside its numbers.
+
+A section computed from a partial grid reads like a finished one unless it names the gap: a
+scaling curve without its 128-client point or a main table with one seed of three. So each
+section lists its grid's runs that have no results with that grid's exact config (a run made
+under an older config counts as missing, as `seedflood compare` would rerun it) and the command
+that completes the grid, skipping what has finished.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from seedflood.compare import plan
+
+
+def compare_command(grid: str, out: str) -> str:
+    return f"seedflood compare configs/paper/{grid} --out {out}"
+
+
+def not_yet_run(grid: str, out: str) -> list[str]:
+    """The whole section when its grid has no results at all."""
+    lead = f"**Verdict: not yet run.** No results under `{out}/`. Run:"
+    return [lead, "", "```bash", compare_command(grid, out), "```", ""]
+
+
+def unfinished(root: Path, grid: str, out: str) -> list[str]:
+    """The grid's runs without results, by variant, and the command that runs them; nothing
+    when the grid is complete or its file is absent (a results tree without its configs)."""
+    path = root / "configs" / "paper" / grid
+    if not path.is_file():
+        return []
+    planned = plan(path)
+    missing: dict[str, list[str]] = defaultdict(list)
+    for run in planned:
+        if not run.is_done(root / out):
+            missing[run.config.name].append(run.name.removeprefix(run.config.name).strip("_"))
+    if not missing:
+        return []
+    count = sum(len(names) for names in missing.values())
+    lines = [
+        f"Not yet run: {count} of the {len(planned)} runs of configs/paper/{grid} "
+        f"(`{compare_command(grid, out)}` runs them and skips the finished ones):",
+        "",
+    ]
+    lines += [f"- {variant}: {', '.join(names)}" for variant, names in missing.items()]
+    return [*lines, ""]
