@@ -232,3 +232,28 @@ def test_compare_resumes_an_interrupted_run_from_its_checkpoint(
     assert differing - TIMING == {"config"}
     assert {**results["config"], "label": None} == {**expected["config"], "label": None}
     assert results["state_hash"] == expected["state_hash"]
+
+
+@pytest.mark.parametrize("method", ["choco", "dzsgd"])
+def test_evaluation_settings_leave_the_trained_state_untouched(
+    data_dir: Path, tmp_path: Path, method: str
+) -> None:
+    """Paper grids reuse a finished run whose evaluation settings differ from theirs; that is
+    sound only if evaluating never changes what is trained."""
+    finished = [
+        run(
+            config_of(
+                data_dir,
+                "dsgd",
+                f"method={method}",
+                "rounds=3",
+                f"eval_every={every}",
+                f"eval_clients={k}",
+            ),
+            tmp_path / f"every-{every}",
+        )
+        for every, k in ((1, 4), (3, 2))
+    ]
+    assert finished[0]["state_hash"] == finished[1]["state_hash"]
+    assert finished[0]["accuracy"] == finished[1]["accuracy"]
+    assert finished[0]["consensus_distance"] > 0  # the clients differ: evaluation reads each
