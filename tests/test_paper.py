@@ -165,6 +165,7 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
     assert (root / "docs" / "img" / "results_scaling.png").stat().st_size > 1000
     # a period longer than the 30-step run never refreshes; empty cells stay empty
     assert "| rank | T = 1 | T = 1000 (never) |" in text
+    assert (root / "docs" / "img" / "results_subcge.png").stat().st_size > 1000
     assert "| 8 | – | 70.0 ± 0.0 |" in text
     assert "| 32 | 66.0 ± 0.0 | 74.0 ± 0.0 |" in text
     assert (

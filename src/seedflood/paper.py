@@ -30,6 +30,7 @@ from seedflood.report import (
     format_bytes,
     mean_std,
     plot_scaling,
+    plot_series_log2,
     present_runs,
     summarize,
 )
@@ -280,7 +281,7 @@ def _period(refresh: int, steps: int) -> str:
     return f"T = {refresh}" + (" (never)" if refresh >= steps else "")
 
 
-def _subcge_section(root: Path) -> list[str]:
+def _subcge_section(root: Path, out: Path) -> list[str]:
     lines = ["## 3. SubCGE rank × refresh period", ""]
     runs = present_runs(root / "results" / "paper-subcge")
     if not runs:
@@ -306,6 +307,13 @@ def _subcge_section(root: Path) -> list[str]:
             for t in refreshes
         ]
         lines.append(f"| {rank} | {' | '.join(values)} |")
+    image = out.parent / "img" / "results_subcge.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for (rank, refresh), (mean, _) in accuracy.items():
+        series[_period(refresh, steps)][rank] = 100 * mean
+    plot_series_log2(series, image, "SubCGE rank r", "test accuracy (%)")
+    lines += ["", f"![accuracy by rank and refresh period]({link(image, out)})"]
     sources = sorted(rel(m.directory / "results.json", root) for g in groups.values() for m in g)
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
     best = max(accuracy, key=lambda key: (accuracy[key][0], key))
@@ -390,7 +398,7 @@ def write_paper_results(root: Path, out: Path) -> Path:
         "",
         *_main_section(root, out),
         *_scaling_section(root, out),
-        *_subcge_section(root),
+        *_subcge_section(root, out),
         *_hops_section(root),
         *apply_cost_section(root, out),
         *pipeline_section(root, out),

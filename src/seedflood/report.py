@@ -122,31 +122,47 @@ def _plot_accuracy_vs_bytes(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
+def plot_series_log2(
+    series: dict[str, dict[int, float]],
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+    baseline: float | None = None,
+) -> None:
+    """One line per name over x values that double (clients, ranks), ticks at the values run,
+    and a grey line at ``baseline`` (the value the others are read against)."""
+    figure, axis = plt.subplots(figsize=(6.5, 4.2))
+    if baseline is not None:
+        axis.axhline(baseline, color="grey", linewidth=0.8)
+    for name, points in sorted(series.items()):
+        xs = sorted(points)
+        axis.plot(xs, [points[x] for x in xs], marker="o", label=name)
+    axis.set_xscale("log", base=2)
+    ticks = sorted({x for points in series.values() for x in points})
+    axis.set_xticks(ticks, [str(x) for x in ticks], minor=False)
+    axis.minorticks_off()
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> bool:
     dsgd = [r for r in rows if r["method"] == "dsgd"]
     if len({r["clients"] for r in rows}) < 2 or not dsgd:
         return False
     reference = min(dsgd, key=lambda r: r["clients"])["accuracy"]
-    figure, axis = plt.subplots(figsize=(6.5, 4.2))
-    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    series: dict[str, dict[int, float]] = defaultdict(dict)
     for row in rows:
-        by_method[f"{row['method']} ({row['topology']})"].append(row)
-    for name, members in sorted(by_method.items()):
-        members.sort(key=lambda r: r["clients"])
-        axis.plot(
-            [r["clients"] for r in members],
-            [100 * r["accuracy"] / reference for r in members],
-            marker="o",
-            label=name,
+        series[f"{row['method']} ({row['topology']})"][row["clients"]] = (
+            100 * row["accuracy"] / reference
         )
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("clients")
-    axis.set_ylabel("accuracy, % of DSGD at the fewest clients")
-    axis.axhline(100, color="grey", linewidth=0.8)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plot_series_log2(
+        series, path, "clients", "accuracy, % of DSGD at the fewest clients", baseline=100
+    )
     return True
 
 
