@@ -14,9 +14,10 @@ import pytest
 
 from seedflood.compare import plan
 from seedflood.config import ConfigError
-from seedflood.paper import _scaling_verdict, write_paper_results
+from seedflood.paper import write_paper_results
 from seedflood.paper_bench import codec_bytes_per_edge
 from seedflood.paper_tuning import tuned_rates
+from seedflood.paper_verdicts import scaling_verdict, subcge_verdict
 
 REPO = Path(__file__).resolve().parents[1]
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
@@ -169,8 +170,9 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
     assert "| 8 | – | 70.0 ± 0.0 |" in text
     assert "| 32 | 66.0 ± 0.0 | 74.0 ± 0.0 |" in text
     assert (
-        "**Verdict: reproduced**: best cell rank 32, T = 1000 (74.0%); best with rank < 32 70.0%"
-        in text
+        "**Verdict: reproduced**: ranks below 32 under every rank from 32 at 1 of 1 refresh "
+        "periods (T = 1000: best below 32 70.0%, worst from 32 74.0%); T = 1 loses more than 2 "
+        "points to a longer period at rank 32 of 32." in text
     )
     assert text.count("**Verdict: not yet run.**") == 0
 
@@ -209,7 +211,31 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
 def test_scaling_verdict_needs_the_128_client_run_to_reproduce(
     normalised: dict[str, dict[int, float]], verdict: str
 ) -> None:
-    assert _scaling_verdict(normalised).startswith(verdict)
+    assert scaling_verdict(normalised, gossip_rounds=3).startswith(verdict)
+
+
+def test_a_scaling_verdict_without_degrading_gossip_names_its_rounds() -> None:
+    curves = {"seedflood": {16: 0.9, 64: 0.9}, "choco-lora": {16: 0.7, 64: 0.75}}
+    verdict = scaling_verdict(curves, gossip_rounds=3)
+    assert verdict.startswith("**Verdict: partly**")
+    assert (
+        "degrading: none of choco-lora. The gossip runs communicate 3 times against the paper's 100"
+        in verdict
+    )
+
+
+def test_subcge_verdict_judges_rank_and_refresh_apart() -> None:
+    # rank holds at both periods; T = 1 loses 5.2 points at rank 64, gains at 8 and 32
+    measured = {(8, 1): 0.562, (32, 1): 0.748, (64, 1): 0.708}
+    measured |= {(8, 1000): 0.55, (32, 1000): 0.72, (64, 1000): 0.76}
+    verdict = subcge_verdict(measured)
+    assert verdict.startswith(
+        "**Verdict: partly**: ranks below 32 under every rank from 32 at 2 of 2"
+    )
+    assert verdict.endswith(
+        "T = 1 loses more than 2 points to a longer period at rank 64 of 8, 32, 64."
+    )
+    assert subcge_verdict({(32, 1000): 0.7}).startswith("**Verdict: not yet run.**")
 
 
 def test_regenerating_gives_the_same_bytes(root: Path) -> None:

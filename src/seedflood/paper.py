@@ -24,6 +24,7 @@ from seedflood.paper_bench import (
 )
 from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
+from seedflood.paper_verdicts import scaling_verdict, subcge_verdict
 from seedflood.report import (
     Run,
     find_runs,
@@ -51,7 +52,6 @@ SETTING_KEYS = (
     "model", "task", "clients", "topology", "rounds", "local_steps", "batch_size", "lr", "eps",
     "direction", "rank", "refresh", "hops", "n_train", "n_test",
 )  # fmt: skip
-SCALING_TOLERANCE = 0.02  # of DSGD@16: a 2-point loss from fewest to most clients degrades
 HOPS_TOLERANCE = 0.02  # two points: about one standard error of 500 test examples at 70%
 
 
@@ -206,35 +206,6 @@ def _main_section(root: Path, out: Path) -> list[str]:
     return lines + bytes_section(root)
 
 
-def _curve(by_size: dict[int, float]) -> str:
-    return " → ".join(f"{pct(by_size[n])}% at {n}" for n in sorted(by_size))
-
-
-def _scaling_verdict(normalised: dict[str, dict[int, float]]) -> str:
-    """The paper's shape: SeedFlood keeps its accuracy up to 128 clients (100.2% of DSGD@16
-    there) while gossip methods lose accuracy as the ring grows. Accuracy at the most clients
-    run against the fewest; within SCALING_TOLERANCE counts as kept."""
-    curves = {m: s for m, s in normalised.items() if m != "dsgd" and len(s) > 1}
-    if not curves:
-        return "**Verdict: not yet run.** No method has run at more than one size yet."
-    gossip = sorted(m for m in curves if m != "seedflood")
-    change = {m: s[max(s)] - s[min(s)] for m, s in curves.items()}
-    degrade = [m for m in gossip if change[m] < -SCALING_TOLERANCE]
-    seedflood = curves.get("seedflood", {})
-    keeps = bool(seedflood) and change["seedflood"] >= -SCALING_TOLERANCE
-    if keeps and max(seedflood) == 128 and gossip and degrade == gossip:
-        verdict = "reproduced"
-    else:
-        verdict = "partly" if keeps or degrade else "not"
-    ours = f"SeedFlood {_curve(seedflood)}" if seedflood else "SeedFlood at one size only"
-    listed = "; ".join(f"{m} {_curve(curves[m])}" for m in gossip) or "none at two sizes"
-    return (
-        f"**Verdict: {verdict}** (a loss of more than {100 * SCALING_TOLERANCE:.0f} points of "
-        f"DSGD@16 counts as degrading): {ours} clients (paper: 100.2% at 128); gossip: {listed}; "
-        f"degrading: {', '.join(degrade) or 'none'} of {', '.join(gossip) or 'none'}."
-    )
-
-
 def _scaling_section(root: Path, out: Path) -> list[str]:
     lines = ["## 2. Scaling: 16 to 128 clients, normalised to DSGD@16", ""]
     runs = present_runs(root / "results" / "paper-scaling")
@@ -266,7 +237,8 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
         lines += ["", f"![accuracy normalised to DSGD@16]({link(image, out)})"]
     sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
-    lines.append(_scaling_verdict(normalised))
+    gossip_rounds = max(r.results["rounds"] for r in runs if r.results["method"] != "seedflood")
+    lines.append(scaling_verdict(normalised, gossip_rounds))
     return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
 
 
@@ -316,20 +288,7 @@ def _subcge_section(root: Path, out: Path) -> list[str]:
     lines += ["", f"![accuracy by rank and refresh period]({link(image, out)})"]
     sources = sorted(rel(m.directory / "results.json", root) for g in groups.values() for m in g)
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
-    best = max(accuracy, key=lambda key: (accuracy[key][0], key))
-    low = [accuracy[k][0] for k in accuracy if k[0] < 32]
-    high = [accuracy[k][0] for k in accuracy if k[0] >= 32]
-    rank_hurts = bool(low and high) and max(low) < max(high)
-    best_ok = best[0] >= 32 and best[1] > min(refreshes)
-    verdict = (
-        "reproduced" if rank_hurts and best_ok else "partly" if rank_hurts or best_ok else "not"
-    )
-    lines.append(
-        f"**Verdict: {verdict}**: best cell rank {best[0]}, T = {best[1]} "
-        f"({pct(accuracy[best][0])}%); best with rank < 32 "
-        f"{pct(max(low)) + '%' if low else 'not run'}, with rank ≥ 32 "
-        f"{pct(max(high)) + '%' if high else 'not run'}."
-    )
+    lines.append(subcge_verdict({key: mean for key, (mean, _) in accuracy.items()}))
     return [*lines, "", *unfinished(root, "subcge-ablation.yaml", "results/paper-subcge")]
 
 

@@ -1,0 +1,90 @@
+"""Verdicts on the SeedFlood paper's scaling and SubCGE claims, from accuracies alone.
+
+Kept apart from the document's layout so that the rule behind each "reproduced", "partly" or
+"not" can be read in one place and tested on plain numbers. Each claim is split into the
+findings the paper states, each finding is judged on every cell that can test it, and the
+sentence names the cells, so a reader can see which part held.
+"""
+
+from __future__ import annotations
+
+from seedflood.paper_bench import pct
+
+# Differences smaller than this (accuracy, or accuracy as a fraction of DSGD@16) count as equal:
+# about one standard error of 500 test examples at 70%, and single-seed cells here.
+TOLERANCE = 0.02
+PAPER_GOSSIP_ROUNDS = 100  # 500 first-order steps communicating every 5, from its byte counts
+
+
+def _curve(by_size: dict[int, float]) -> str:
+    return " → ".join(f"{pct(by_size[n])}% at {n}" for n in sorted(by_size))
+
+
+def scaling_verdict(normalised: dict[str, dict[int, float]], gossip_rounds: int) -> str:
+    """The paper's shape: SeedFlood keeps its accuracy up to 128 clients (100.2% of DSGD@16
+    there) while gossip methods lose accuracy as the ring grows. Accuracy at the most clients
+    run against the fewest; within TOLERANCE counts as kept."""
+    curves = {m: s for m, s in normalised.items() if m != "dsgd" and len(s) > 1}
+    if not curves:
+        return "**Verdict: not yet run.** No method has run at more than one size yet."
+    gossip = sorted(m for m in curves if m != "seedflood")
+    change = {m: s[max(s)] - s[min(s)] for m, s in curves.items()}
+    degrade = [m for m in gossip if change[m] < -TOLERANCE]
+    seedflood = curves.get("seedflood", {})
+    keeps = bool(seedflood) and change["seedflood"] >= -TOLERANCE
+    if keeps and max(seedflood) == 128 and gossip and degrade == gossip:
+        verdict = "reproduced"
+    else:
+        verdict = "partly" if keeps or degrade else "not"
+    ours = f"SeedFlood {_curve(seedflood)}" if seedflood else "SeedFlood at one size only"
+    listed = "; ".join(f"{m} {_curve(curves[m])}" for m in gossip) or "none at two sizes"
+    reason = (
+        f" The gossip runs communicate {gossip_rounds} times against the paper's "
+        f"{PAPER_GOSSIP_ROUNDS}, which leaves disagreement between clients little time to build "
+        "up, and more clients average more examples per round."
+        if gossip and degrade != gossip
+        else ""
+    )
+    return (
+        f"**Verdict: {verdict}** (a loss of more than {100 * TOLERANCE:.0f} points of DSGD@16 "
+        f"counts as degrading): {ours} clients (paper: 100.2% at 128); gossip: {listed}; "
+        f"degrading: {', '.join(degrade) or 'none'} of {', '.join(gossip) or 'none'}.{reason}"
+    )
+
+
+def subcge_verdict(accuracy: dict[tuple[int, int], float]) -> str:
+    """The paper's two findings, judged apart: ranks below 32 do worse than every rank of 32 or
+    more (at each refresh period that ran both), and the shortest refresh period loses more
+    than TOLERANCE to a longer one at the same rank."""
+    refreshes = sorted({t for _, t in accuracy})
+    rank_cells = []
+    for t in refreshes:
+        low = [a for (r, period), a in accuracy.items() if period == t and r < 32]
+        high = [a for (r, period), a in accuracy.items() if period == t and r >= 32]
+        if low and high:
+            rank_cells.append((t, max(low), min(high)))
+    shortest, longer = refreshes[0], refreshes[1:]
+    short_cells = {
+        r: (a, max(accuracy[r, t] for t in longer if (r, t) in accuracy))
+        for (r, t), a in sorted(accuracy.items())
+        if t == shortest and any((r, t) in accuracy for t in longer)
+    }
+    if not rank_cells and not short_cells:
+        return "**Verdict: not yet run.** No rank or refresh comparison has both of its cells."
+    rank_hurts = [t for t, low, high in rank_cells if low < high]
+    short_hurts = [r for r, (short, best) in short_cells.items() if short < best - TOLERANCE]
+    rank_ok = bool(rank_cells) and len(rank_hurts) == len(rank_cells)
+    short_ok = bool(short_cells) and len(short_hurts) == len(short_cells)
+    verdict = (
+        "reproduced" if rank_ok and short_ok else "partly" if rank_hurts or short_hurts else "not"
+    )
+    periods = "; ".join(
+        f"T = {t}: best below 32 {pct(low)}%, worst from 32 {pct(high)}%"
+        for t, low, high in rank_cells
+    )
+    return (
+        f"**Verdict: {verdict}**: ranks below 32 under every rank from 32 at {len(rank_hurts)} "
+        f"of {len(rank_cells)} refresh periods ({periods or 'none with both'}); T = {shortest} "
+        f"loses more than {100 * TOLERANCE:.0f} points to a longer period at rank "
+        f"{', '.join(map(str, short_hurts)) or 'none'} of {', '.join(map(str, short_cells))}."
+    )
