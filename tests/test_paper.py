@@ -211,15 +211,15 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
 def test_scaling_verdict_needs_the_128_client_run_to_reproduce(
     normalised: dict[str, dict[int, float]], verdict: str
 ) -> None:
-    assert scaling_verdict(normalised, gossip_rounds=3).startswith(verdict)
+    assert scaling_verdict(normalised, rounds={m: 3 for m in normalised}).startswith(verdict)
 
 
 def test_a_scaling_verdict_without_degrading_gossip_names_its_rounds() -> None:
     curves = {"seedflood": {16: 0.9, 64: 0.9}, "choco-lora": {16: 0.7, 64: 0.75}}
-    verdict = scaling_verdict(curves, gossip_rounds=3)
+    verdict = scaling_verdict(curves, rounds={"seedflood": 30, "choco-lora": 3})
     assert verdict.startswith("**Verdict: partly**")
     assert (
-        "degrading: none of choco-lora. The gossip runs communicate 3 times against the paper's 100"
+        "degrading: none of choco-lora. Here choco-lora communicated 3 times against the paper's"
         in verdict
     )
 

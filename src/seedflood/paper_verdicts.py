@@ -20,7 +20,7 @@ def _curve(by_size: dict[int, float]) -> str:
     return " → ".join(f"{pct(by_size[n])}% at {n}" for n in sorted(by_size))
 
 
-def scaling_verdict(normalised: dict[str, dict[int, float]], gossip_rounds: int) -> str:
+def scaling_verdict(normalised: dict[str, dict[int, float]], rounds: dict[str, int]) -> str:
     """The paper's shape: SeedFlood keeps its accuracy up to 128 clients (100.2% of DSGD@16
     there) while gossip methods lose accuracy as the ring grows. Accuracy at the most clients
     run against the fewest; within TOLERANCE counts as kept."""
@@ -38,11 +38,12 @@ def scaling_verdict(normalised: dict[str, dict[int, float]], gossip_rounds: int)
         verdict = "partly" if keeps or degrade else "not"
     ours = f"SeedFlood {_curve(seedflood)}" if seedflood else "SeedFlood at one size only"
     listed = "; ".join(f"{m} {_curve(curves[m])}" for m in gossip) or "none at two sizes"
+    steady = [m for m in gossip if m not in degrade]
     reason = (
-        f" The gossip runs communicate {gossip_rounds} times against the paper's "
-        f"{PAPER_GOSSIP_ROUNDS}, which leaves disagreement between clients little time to build "
-        "up, and more clients average more examples per round."
-        if gossip and degrade != gossip
+        f" Here {', '.join(steady)} communicated {'/'.join(str(rounds[m]) for m in steady)} times "
+        f"against the paper's {PAPER_GOSSIP_ROUNDS}, which leaves disagreement between clients "
+        "little time to build up, and more clients average more examples per round."
+        if steady
         else ""
     )
     return (
