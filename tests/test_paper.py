@@ -25,7 +25,9 @@ HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops"
 
 def _run(root: Path, directory: str, name: str, accuracy: float, **config: object) -> None:
     """One results.json in the shape the simulator writes (only the fields the generator reads
-    differ between runs)."""
+    differ between runs); clients hold the averaged model unless ``client_accuracy`` says not."""
+    client_accuracy = float(config.pop("client_accuracy", accuracy))  # type: ignore[arg-type]
+    consensus_distance = float(config.pop("consensus_distance", 0.0))  # type: ignore[arg-type]
     full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
     full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
     full |= {"eps": 0.001, "direction": "subcge", "rank": 32, "refresh": 1000, "hops": None}
@@ -33,6 +35,8 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
     method = str(full["label"])
     results = {
         "accuracy": accuracy,
+        "client_accuracy_mean": client_accuracy,
+        "consensus_distance": consensus_distance,
         "bytes_per_edge_max": 3840.0 if method.startswith(("seedflood", "hops")) else 3.2e9,
         "clients": full["clients"],
         "config": full,
@@ -147,7 +151,9 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
         ("choco-lora", 64, 0.66),
     ):
         name = f"{method}_clients-{clients}_seed-0"
-        _run(root, "paper-scaling", name, accuracy, clients=clients, method=method)
+        gossip = {"client_accuracy": accuracy - 0.05, "consensus_distance": clients / 1000}
+        spread = gossip if method != "seedflood" else {}
+        _run(root, "paper-scaling", name, accuracy, clients=clients, method=method, **spread)
     for rank, refresh, accuracy in ((8, 1000, 0.70), (32, 1000, 0.74), (32, 1, 0.66)):
         name = f"seedflood_refresh-{refresh}_rank-{rank}_seed-0"
         _run(root, "paper-subcge", name, accuracy, rank=rank, refresh=refresh)
@@ -162,6 +168,16 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
         "SeedFlood 95.0% at 16 → 100.0% at 128 clients (paper: 100.2% at 128); gossip: "
         "choco-lora 85.0% at 16 → 82.5% at 64; dsgd-lora 87.5% at 16 → 75.0% at 128; "
         "degrading: choco-lora, dsgd-lora of choco-lora, dsgd-lora." in text
+    )
+    # what the clients hold: gossip clients 5 points under the average, SeedFlood's identical
+    assert "| seedflood | 76.0 / 0 | – | 80.0 / 0 |" in text
+    assert "| dsgd-lora | 65.0 / 0.016 | – | 55.0 / 0.128 |" in text
+    assert "| choco-lora | 63.0 / 0.016 | 61.0 / 0.064 | – |" in text
+    assert (
+        "The gossip clients evaluated score -5.0 to -5.0 points against their averaged model "
+        "(client minus average), a model none of them holds; every SeedFlood client holds the "
+        "model scored. Consensus distance grows with the ring: choco-lora 0.016 at 16 → 0.064 "
+        "at 64; dsgd-lora 0.016 at 16 → 0.128 at 128." in text
     )
     assert (root / "docs" / "img" / "results_scaling.png").stat().st_size > 1000
     # a period longer than the 30-step run never refreshes; empty cells stay empty

@@ -22,6 +22,7 @@ from seedflood.paper_bench import (
     pipeline_section,
     rel,
 )
+from seedflood.paper_clients import client_table
 from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
 from seedflood.paper_verdicts import scaling_verdict, subcge_verdict
@@ -235,6 +236,7 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
     for method, by_size in sorted(normalised.items()):
         values = [f"{pct(by_size[n])}%" if n in by_size else "–" for n in sizes]
         lines.append(f"| {method} | {' | '.join(values)} |")
+    lines += client_table(runs, sizes)
     image = out.parent / "img" / "results_scaling.png"
     image.parent.mkdir(parents=True, exist_ok=True)
     if plot_scaling(rows, image):
