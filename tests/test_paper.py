@@ -181,8 +181,9 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
     assert (
         "The gossip clients evaluated score -5.0 to -5.0 points against their averaged model "
         "(client minus average), a model none of them holds; every SeedFlood client holds the "
-        "model scored. Consensus distance grows with the ring: choco-lora 0.016 at 16 → 0.064 "
-        "at 64; dsgd-lora 0.016 at 16 → 0.128 at 128." in text
+        "model scored. From the fewest clients to the most: choco-lora 63.0% → 61.0% own "
+        "accuracy, distance 0.016 → 0.064 (16 → 64 clients); dsgd-lora 65.0% → 55.0% own "
+        "accuracy, distance 0.016 → 0.128 (16 → 128 clients)." in text
     )
     assert (root / "docs" / "img" / "results_scaling.png").stat().st_size > 1000
     # a period longer than the 30-step run never refreshes; empty cells stay empty

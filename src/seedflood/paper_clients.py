@@ -47,19 +47,24 @@ def client_table(runs: list[Run], sizes: list[int]) -> list[str]:
     ]
     if not gaps:
         return lines
-    distance = {m: {n: fmean(r["consensus_distance"] for r in rs) for n, rs in by_size.items()}
-                for m, by_size in gossip.items()}  # fmt: skip
-    growing = [
-        f"{m} {d[min(d)]:.3g} at {min(d)} → {d[max(d)]:.3g} at {max(d)}"
-        for m, d in sorted(distance.items())
-        if len(d) > 1 and d[max(d)] > d[min(d)]
+    trends = [
+        f"{method} {pct(_mean(by_size[lo], 'client_accuracy_mean'))}% → "
+        f"{pct(_mean(by_size[hi], 'client_accuracy_mean'))}% own accuracy, distance "
+        f"{_mean(by_size[lo], 'consensus_distance'):.3g} → "
+        f"{_mean(by_size[hi], 'consensus_distance'):.3g} ({lo} → {hi} clients)"
+        for method, by_size in sorted(gossip.items())
+        if len(by_size) > 1
+        for lo, hi in [(min(by_size), max(by_size))]
     ]
     return [
         *lines,
         "",
         f"The gossip clients evaluated score {100 * min(gaps):+.1f} to {100 * max(gaps):+.1f} "
         "points against their averaged model (client minus average), a model none of them "
-        "holds; every SeedFlood client holds the model scored. Consensus distance grows with "
-        "the ring: "
-        f"{'; '.join(growing) or 'for none'}.",
+        "holds; every SeedFlood client holds the model scored. From the fewest clients to the "
+        f"most: {'; '.join(trends) or 'no gossip method ran at two sizes'}.",
     ]
+
+
+def _mean(results: list[dict[str, Any]], key: str) -> float:
+    return fmean(r[key] for r in results)
