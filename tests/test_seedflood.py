@@ -128,6 +128,22 @@ def test_hops_equal_to_diameter_keep_every_client_bit_identical(tiny, name: str)
     assert not same(initial, parameters(sim.model))
 
 
+def test_full_flooding_trains_the_same_model_on_every_topology(tiny) -> None:
+    """With hops = diameter every client applies every message within its round, so the graph
+    changes what the edges carry and never the weights: SeedFlood's ring and meshgrid cells of
+    the main table must agree bit for bit (their runs' state hashes are equal)."""
+    final = {}
+    for name in ("ring", "meshgrid", "random_regular"):
+        topology = make_topology(name, 10, seed=3)
+        sim = make_seedflood(tiny, topology, hops=topology.diameter)
+        for round_index in range(3):
+            sim.run_round(round_index)
+        final[name] = parameters(sim.model)
+    assert same(final["ring"], final["meshgrid"])
+    assert same(final["ring"], final["random_regular"])
+    assert not same(final["ring"], parameters(tiny[0]))
+
+
 def test_delayed_flooding_matches_per_client_copies_bit_for_bit(tiny) -> None:
     topology = make_topology("ring", 8)
     sim = make_seedflood(tiny, topology, hops=1, local_steps=2)
