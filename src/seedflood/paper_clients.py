@@ -2,7 +2,7 @@
 
 The SeedFlood paper reports GMP, the accuracy of the average of all client models, which no
 client holds in a decentralized run; an operator gets one client's model. SeedFlood's clients are
-identical, gossip clients are not, and the gap grows with the ring: this table shows it.
+identical, gossip clients are not; this table shows how far apart they are at each ring size.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def client_table(runs: list[Run], sizes: list[int]) -> list[str]:
     ]
     for method, by_size in sorted(cells.items()):
         values = [
-            f"{pct(fmean(r['client_accuracy_mean'] for r in by_size[n]))} / "
-            f"{fmean(r['consensus_distance'] for r in by_size[n]):.3g}"
+            f"{pct(_mean(by_size[n], 'client_accuracy_mean'))} / "
+            f"{_mean(by_size[n], 'consensus_distance'):.3g}"
             if n in by_size
             else "–"
             for n in sizes
