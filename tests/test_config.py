@@ -74,10 +74,15 @@ def test_batched_forwards_are_on_exactly_where_they_apply() -> None:
     assert RunConfig().batched_forward
     assert not RunConfig(method="dsgd").batched_forward
     assert not RunConfig(direction="dense").batched_forward
+    assert RunConfig(method="dzsgd", lora=True).batched_forward
+    assert not RunConfig(method="dzsgd").batched_forward
+    assert not RunConfig(method="dsgd", lora=True).batched_forward
     assert not load_config(None, ["batched_forward=false"]).batched_forward
     assert load_config(None, ["batched_forward=null"]).batched_forward
     with pytest.raises(ConfigError, match="batched_forward needs method seedflood"):
         load_config(None, ["method=choco", "batched_forward=true"])
+    with pytest.raises(ConfigError, match="or method dzsgd with lora: true"):
+        load_config(None, ["method=dzsgd", "batched_forward=true"])
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from torch import nn
 
 from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.gossip import Gossip
+from seedflood.batched import row_weight_losses
 from seedflood.config import ConfigError, RunConfig
 from seedflood.models import add_lora, load_model
 from seedflood.scoring import batch_loss, loss_and_correct, tokenize
@@ -170,6 +171,56 @@ def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:
     assert after.keys() == base.keys()
     assert all(torch.equal(base[k], after[k]) for k in base)
     assert gossip.consensus_distance() > 0
+
+
+def lora_dzsgd(tiny, topology: Topology, batched: bool) -> Gossip:
+    model = copy.deepcopy(tiny[0])
+    adapters = add_lora(model, rank=4, alpha=8, targets=("q_proj", "v_proj"), seed=0)
+    return make_gossip(
+        tiny,
+        topology,
+        model=model,
+        trainable=adapters,
+        estimator="zo",
+        lr=0.5,
+        eps=1e-2,
+        local_steps=2,
+        batched=batched,
+    )
+
+
+def test_adapters_of_every_row_score_as_if_bound_one_at_a_time(tiny) -> None:
+    gossip = lora_dzsgd(tiny, make_topology("ring", 3), batched=True)
+    weights = torch.randn(5, gossip.d, generator=torch.Generator().manual_seed(0)) * 0.3
+    batches = [gossip.shards[s % 3][: 2 + s % 2] for s in range(5)]
+    batched = row_weight_losses(gossip.model, gossip.params, weights, batches, gossip.pad_id, 40)
+    one_at_a_time = []
+    for row, batch in zip(weights, batches, strict=True):
+        gossip._bind(row.clone())
+        one_at_a_time.append(loss_and_correct(gossip.model, batch, gossip.pad_id)[0])
+    assert batched == pytest.approx(one_at_a_time, abs=1e-5)
+    assert max(one_at_a_time) - min(one_at_a_time) > 1e-3
+
+
+def test_batched_dzsgd_lora_takes_the_steps_of_one_client_at_a_time(tiny) -> None:
+    topology = make_topology("ring", 5)
+    batched, single = lora_dzsgd(tiny, topology, True), lora_dzsgd(tiny, topology, False)
+    initial = batched.x.clone()
+    for round_index in range(3):
+        loss = batched.run_round(round_index)["train_loss"]
+        assert loss == pytest.approx(single.run_round(round_index)["train_loss"], abs=1e-5)
+    assert (single.x - initial).abs().max() > 1e-2
+    assert torch.allclose(batched.x, single.x, atol=1e-4)
+    assert batched.consensus_distance() == pytest.approx(single.consensus_distance(), rel=1e-3)
+
+
+def test_batched_forwards_refuse_full_parameter_gossip(tiny) -> None:
+    with pytest.raises(ValueError, match="LoRA adapters"):
+        make_gossip(tiny, make_topology("ring", 3), estimator="zo", batched=True)
+    model = copy.deepcopy(tiny[0])
+    adapters = add_lora(model, rank=4, alpha=8, targets=("q_proj",), seed=0)
+    with pytest.raises(ValueError, match="zo estimator"):
+        make_gossip(tiny, make_topology("ring", 3), model=model, trainable=adapters, batched=True)
 
 
 def test_pure_gossip_contracts_at_the_spectral_gap_rate(tiny) -> None:

@@ -10,6 +10,10 @@ product), and per update one of those values added to one output column. A forwa
 trained linear layer adds those terms, so the model code is untouched and the rows of all
 clients, sorted by length to keep padding small, go through the model together. Results equal
 the per-client computation up to floating-point rounding.
+
+Gossip clients under LoRA (DZSGD-LoRA) share the base weights too and differ only in their small
+adapter matrices, so there each input row goes through its own client's adapter weights (one
+batched matrix product per adapter layer) and everything else is shared in the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +66,10 @@ class _Terms:
         signs = torch.stack([c[2] for c in coords], dim=1) if flat else None
         self.factors = (coefs * signs * scales).float() if flat else None
         self.pair_rows = self.pair_terms = torch.zeros(0, dtype=torch.long)
+        self.position = {w.data_ptr(): index for index, w in enumerate(direction.matrices)}
+
+    def linear_index(self, module: nn.Linear) -> int | None:
+        return self.position.get(module.weight.data_ptr())
 
     def select_rows(self, row_segments: torch.Tensor) -> None:
         """Pair every input row of the next forward with its segment's updates."""
@@ -70,7 +79,7 @@ class _Terms:
         within = torch.arange(int(per_row.sum())) - offsets.repeat_interleave(per_row)
         self.pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
 
-    def add_to(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         if self.rows is None or not len(self.pair_terms):
             return output
         terms = self.pair_terms
@@ -88,19 +97,61 @@ class _Terms:
         return output
 
 
+class _RowTerms(Protocol):
+    """What one batched forward changes in the shared linear layers' outputs, row by row."""
+
+    def linear_index(self, module: nn.Linear) -> int | None: ...
+
+    def select_rows(self, row_segments: torch.Tensor) -> None: ...
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor: ...
+
+
+class _RowWeights:
+    """Every segment's own weights for the bias-free linear layers whose weights are ``params``
+    (LoRA's A and B matrices): each input row is multiplied by its segment's copy, so whatever
+    the shared model holds there is ignored."""
+
+    def __init__(self, params: Sequence[nn.Parameter], weights: torch.Tensor) -> None:
+        self.position: dict[int, int] = {}
+        self.slices: list[tuple[int, torch.Size]] = []
+        offset = 0
+        for index, param in enumerate(params):
+            self.position[id(param)] = index
+            self.slices.append((offset, param.shape))
+            offset += param.numel()
+        if offset != weights.shape[1]:
+            raise ValueError(f"weights have {weights.shape[1]} columns, the parameters {offset}")
+        self.weights = weights
+        self.row_segments = torch.zeros(0, dtype=torch.long)
+
+    def linear_index(self, module: nn.Linear) -> int | None:
+        index = self.position.get(id(module.weight))
+        if index is not None and module.bias is not None:
+            raise ValueError("per-row weights need bias-free linear layers (LoRA's are)")
+        return index
+
+    def select_rows(self, row_segments: torch.Tensor) -> None:
+        self.row_segments = row_segments
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        offset, shape = self.slices[index]
+        rows = self.weights[self.row_segments, offset : offset + shape.numel()]
+        return torch.bmm(x, rows.view(-1, *shape).transpose(1, 2))
+
+
 @contextmanager
-def _hooks(model: nn.Module, terms: _Terms) -> Iterator[None]:
-    position = {w.data_ptr(): index for index, w in enumerate(terms.direction.matrices)}
+def _hooks(model: nn.Module, terms: _RowTerms) -> Iterator[None]:
     handles = []
     for module in model.modules():
-        index = position.get(module.weight.data_ptr()) if isinstance(module, nn.Linear) else None
+        index = terms.linear_index(module) if isinstance(module, nn.Linear) else None
         if index is None:
             continue
 
         def hook(
             _module: nn.Module, inputs: tuple, output: torch.Tensor, index: int = index
         ) -> torch.Tensor:
-            return terms.add_to(index, inputs[0], output)
+            return terms.alter(index, inputs[0], output)
 
         handles.append(module.register_forward_hook(hook))
     try:
@@ -136,21 +187,20 @@ def _padded_chunks(
         yield owned[start:]
 
 
-def segment_losses(
+def _batched_losses(
     model: nn.Module,
-    direction: SubCGEDirection,
-    segments: Sequence[Segment],
+    terms: _RowTerms,
+    batches: Sequence[Sequence[TokenizedExample]],
     pad_id: int,
-    tokens_per_forward: int = 2048,
+    tokens_per_forward: int,
 ) -> list[float]:
-    """Mean cross-entropy of every segment's examples under its own model, batched."""
-    terms = _Terms(direction, segments)
+    """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``."""
     owned = sorted(
-        ((s, example) for s, segment in enumerate(segments) for example in segment.examples),
+        ((s, example) for s, batch in enumerate(batches) for example in batch),
         key=lambda item: len(item[1].prompt),
     )
-    totals = torch.zeros(len(segments), dtype=torch.float64)
-    counts = torch.zeros(len(segments), dtype=torch.float64)
+    totals = torch.zeros(len(batches), dtype=torch.float64)
+    counts = torch.zeros(len(batches), dtype=torch.float64)
     with torch.inference_mode(), _hooks(model, terms):
         for chunk in _padded_chunks(owned, tokens_per_forward):
             examples = [example for _, example in chunk]
@@ -164,3 +214,30 @@ def segment_losses(
             totals.index_add_(0, example_segments, losses)
             counts.index_add_(0, example_segments, torch.ones_like(losses))
     return (totals / counts).tolist()
+
+
+def segment_losses(
+    model: nn.Module,
+    direction: SubCGEDirection,
+    segments: Sequence[Segment],
+    pad_id: int,
+    tokens_per_forward: int = 2048,
+) -> list[float]:
+    """Mean cross-entropy of every segment's examples under its own model, batched."""
+    terms = _Terms(direction, segments)
+    batches = [segment.examples for segment in segments]
+    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)
+
+
+def row_weight_losses(
+    model: nn.Module,
+    params: Sequence[nn.Parameter],
+    weights: torch.Tensor,
+    batches: Sequence[Sequence[TokenizedExample]],
+    pad_id: int,
+    tokens_per_forward: int = 2048,
+) -> list[float]:
+    """Mean cross-entropy of ``batches[s]`` under the model whose ``params`` (weights of bias-free
+    linear layers) hold ``weights[s]``, the flattened parameters in order, for every s, batched."""
+    terms = _RowWeights(params, weights)
+    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)

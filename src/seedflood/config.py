@@ -24,6 +24,12 @@ class ConfigError(ValueError):
     """A configuration problem, phrased for the person who wrote the config."""
 
 
+def _batchable(method: str, direction: str, lora: bool) -> bool:
+    """Batched forwards need clients that differ from a shared model in a way a forward can add
+    row by row: SubCGE's few rows per matrix, or LoRA adapters under a zeroth-order method."""
+    return (method == "seedflood" and direction == "subcge") or (method == "dzsgd" and lora)
+
+
 class RunConfig(BaseModel):
     """One training run. Defaults follow the paper where it states them."""
 
@@ -95,11 +101,13 @@ class RunConfig(BaseModel):
     @classmethod
     def _batched_where_possible(cls, data: Any) -> Any:
         """batched_forward defaults to on wherever it applies: benchmarks/forward.py measured
-        2.6x the client-steps per second of one client at a time (128 clients of SmolLM2-135M)."""
+        2.6x the client-steps per second of one client at a time (128 SeedFlood clients of
+        SmolLM2-135M)."""
         if isinstance(data, dict) and data.get("batched_forward") is None:
-            batchable = (
-                data.get("method", "seedflood") == "seedflood"
-                and data.get("direction", "subcge") == "subcge"
+            batchable = _batchable(
+                data.get("method", "seedflood"),
+                data.get("direction", "subcge"),
+                bool(data.get("lora", False)),
             )
             data = {**data, "batched_forward": batchable}
         return data
@@ -152,8 +160,11 @@ class RunConfig(BaseModel):
     def _consistent(self) -> RunConfig:
         if self.topology == "edgelist" and not self.edgelist:
             raise ValueError("topology 'edgelist' needs the key 'edgelist': a path to an edge file")
-        if self.batched_forward and (self.method != "seedflood" or self.direction != "subcge"):
-            raise ValueError("batched_forward needs method seedflood with direction subcge")
+        if self.batched_forward and not _batchable(self.method, self.direction, self.lora):
+            raise ValueError(
+                "batched_forward needs method seedflood with direction subcge, or method dzsgd "
+                "with lora: true"
+            )
         if self.lora and self.method == "seedflood":
             raise ValueError(
                 "lora: true applies to the gossip baselines (dsgd, choco, dzsgd); SeedFlood "

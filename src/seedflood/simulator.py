@@ -67,7 +67,9 @@ def check_memory(config: RunConfig, trainable: int) -> None:
     """Refuse before the first step a run whose client states cannot fit in memory."""
     if config.method == "seedflood":
         return
-    needed = gossip_memory_bytes(config.clients, trainable, config.method == "choco")
+    needed = gossip_memory_bytes(
+        config.clients, trainable, config.method == "choco", config.batched_forward
+    )
     available = psutil.virtual_memory().available
     if needed > 0.9 * available:
         copies = "2 × " if config.method == "choco" else ""
@@ -132,6 +134,7 @@ def build_algorithm(
         mixing=config.mixing,
         topk_ratio=config.topk_ratio if config.method == "choco" else None,
         gamma=config.gamma,
+        batched=config.batched_forward,
         **common,
     )
 

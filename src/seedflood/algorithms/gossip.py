@@ -11,6 +11,9 @@ A round is ``local_steps`` local updates on every client followed by one communi
 paper's "communicate every 5 local updates"), so with local_steps = 1 DSGD is
 x_i ← Σ_j W_ij (x_j − η ∇f_j(x_j)).
 
+Under LoRA the trainable parameters are the adapters' linear weights alone, so DZSGD-LoRA can
+score all clients' perturbed adapters in shared batched forwards (``batched``, seedflood.batched).
+
 Clients' trainable parameters live as rows of one (n × d) matrix. The shared working model's
 trainable tensors are re-pointed at a row to compute with that client, so switching clients copies
 nothing; the frozen rest of the model (the whole base model under LoRA) is shared by all.
@@ -26,6 +29,7 @@ import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
+from seedflood.batched import row_weight_losses
 from seedflood.network import TrafficCounter
 from seedflood.scoring import TokenizedExample, batch_loss, loss_and_correct
 from seedflood.topology import Topology
@@ -56,9 +60,16 @@ class Gossip:
         topk_ratio: float | None,
         gamma: float,
         run_seed: int,
+        batched: bool = False,
     ) -> None:
         if estimator not in ("gradient", "zo"):
             raise ValueError(f"estimator must be 'gradient' or 'zo', got {estimator!r}")
+        if batched and (estimator != "zo" or not _all_linear_weights(model, trainable)):
+            raise ValueError(
+                "batched forwards need the zo estimator and trainable parameters that are all "
+                "weights of bias-free linear layers (LoRA adapters)"
+            )
+        self.batched = batched
         self.model = model
         self.params = list(trainable)
         self.topology = topology
@@ -136,6 +147,42 @@ class Gossip:
         touch.add_(-self.lr * scalar)
         return loss_value
 
+    def _zo_steps_batched(self, step: int) -> list[float]:
+        """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
+        in shared forwards, then each row takes the same update as one client at a time."""
+        directions = torch.stack(
+            [
+                torch.cat(
+                    [
+                        value.flatten()
+                        for value in DenseDirection(self.params)
+                        .touch(message_seed(self.run_seed, client, step), step)
+                        .values
+                    ]
+                )
+                for client in range(self.n)
+            ]
+        )
+        perturbed = torch.stack(
+            [self.x + directions * self.eps, self.x + directions * -self.eps], dim=1
+        ).flatten(0, 1)
+        batches = [
+            sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
+            for client in range(self.n)
+        ]
+        losses = row_weight_losses(
+            self.model,
+            self.params,
+            perturbed,
+            [batch for batch in batches for _ in range(2)],
+            self.pad_id,
+        )
+        pairs = list(zip(losses[0::2], losses[1::2], strict=True))
+        for client, (plus, minus) in enumerate(pairs):
+            scalar = (plus - minus) / (2.0 * self.eps)
+            self.x[client].add_(directions[client] * (-self.lr * scalar))
+        return [(plus + minus) / 2.0 for plus, minus in pairs]
+
     def _mix(self, matrix: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
         """(W · matrix) chunk by chunk, so mixing needs no second n × d buffer."""
         for start in range(0, self.d, CHUNK):
@@ -158,11 +205,11 @@ class Gossip:
             self.counter.count(sender, receiver, size=self.message_bytes, messages=1)
 
     def run_round(self, round_index: int) -> dict[str, float]:
-        losses = [
-            self.local_step(client, round_index * self.local_steps + offset)
-            for offset in range(self.local_steps)
-            for client in range(self.n)
-        ]
+        steps = range(round_index * self.local_steps, (round_index + 1) * self.local_steps)
+        if self.batched:
+            losses = [loss for step in steps for loss in self._zo_steps_batched(step)]
+        else:
+            losses = [self.local_step(client, step) for step in steps for client in range(self.n)]
         self.communicate()
         return {"train_loss": sum(losses) / len(losses)}
 
@@ -177,7 +224,18 @@ class Gossip:
         }
 
 
-def gossip_memory_bytes(clients: int, trainable: int, compressed: bool) -> int:
-    """What the client states take (x for every client, ChocoSGD's public copies x̂) plus three
-    vectors of working space (a direction, its saved values, the clients' mean)."""
-    return (clients * (2 if compressed else 1) + 3) * trainable * FP32_BYTES
+def _all_linear_weights(model: nn.Module, params: Sequence[nn.Parameter]) -> bool:
+    linear = {
+        id(module.weight)
+        for module in model.modules()
+        if isinstance(module, nn.Linear) and module.bias is None
+    }
+    return all(id(p) in linear for p in params)
+
+
+def gossip_memory_bytes(clients: int, trainable: int, compressed: bool, batched: bool) -> int:
+    """What the client states take (x for every client, ChocoSGD's public copies x̂, batched
+    DZSGD's directions and two perturbed copies) plus three vectors of working space (a direction,
+    its saved values, the clients' mean)."""
+    per_client = 1 + (1 if compressed else 0) + (3 if batched else 0)
+    return (clients * per_client + 3) * trainable * FP32_BYTES
