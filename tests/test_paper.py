@@ -246,6 +246,21 @@ def test_a_scaling_verdict_without_degrading_gossip_names_its_rounds() -> None:
     )
 
 
+def test_a_method_that_does_not_learn_is_named_but_not_judged() -> None:
+    curves = {"seedflood": {16: 0.9, 32: 0.9}, "dzsgd-lora": {16: 0.62, 32: 0.67}}
+    curves |= {"dsgd-lora": {16: 0.8, 32: 0.7}}
+    rounds = {"seedflood": 30, "dzsgd-lora": 30, "dsgd-lora": 3}
+    verdict = scaling_verdict(curves, rounds, unlearned=["dzsgd-lora"])
+    assert "degrading: dsgd-lora of dsgd-lora." in verdict
+    assert verdict.endswith(
+        "Not judged: dzsgd-lora 62.0% at 16 → 67.0% at 32, within 5 points of the zero-shot "
+        "model at every size: it does not learn in this budget, so its curve is noise."
+    )
+    judged = scaling_verdict(curves, rounds)
+    assert "degrading: dsgd-lora of dsgd-lora, dzsgd-lora." in judged
+    assert "Not judged" not in judged
+
+
 def test_subcge_verdict_judges_rank_and_refresh_apart() -> None:
     # rank holds at both periods; T = 1 loses 5.2 points at rank 64, gains at 8 and 32
     measured = {(8, 1): 0.562, (32, 1): 0.748, (64, 1): 0.708}
@@ -306,7 +321,7 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert "Not yet run: choco at lr 0.001, 0.002, 0.005, 0.01; choco-lora at lr 0.2; " in text
     assert "dsgd at lr 0.002, 0.01; dsgd-lora at lr 0.05, 0.2, 1; " in text
-    assert "; dzsgd-lora at lr 0.005, 0.05 (`seedflood compare" in text
+    assert "; dzsgd-lora at lr 0.0005, 0.005, 0.05 (`seedflood compare" in text
     assert "--only choco,choco-lora,dsgd,dsgd-lora,dzsgd-lora` runs them" in text
     assert "seedflood at" not in text  # its three points ran
 

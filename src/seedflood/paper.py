@@ -26,7 +26,7 @@ from seedflood.paper_bench import (
 from seedflood.paper_clients import client_table
 from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
-from seedflood.paper_verdicts import scaling_verdict, subcge_verdict
+from seedflood.paper_verdicts import LEARNED, scaling_verdict, subcge_verdict
 from seedflood.report import (
     Run,
     find_runs,
@@ -248,8 +248,18 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
     sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
     rounds = {r.results["method"]: r.results["rounds"] for r in runs}
-    lines.append(scaling_verdict(normalised, rounds))
+    lines.append(scaling_verdict(normalised, rounds, _unlearned(runs)))
     return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
+
+
+def _unlearned(runs: list[Run]) -> list[str]:
+    """Methods whose every run ended within LEARNED of its untrained model's accuracy."""
+    gains: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        zero_shot = run.results.get("zero_shot_accuracy")
+        if zero_shot is not None:
+            gains[run.results["method"]].append(run.results["accuracy"] - zero_shot)
+    return sorted(m for m, g in gains.items() if max(g) < LEARNED)
 
 
 def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:
