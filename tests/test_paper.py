@@ -246,6 +246,21 @@ def test_a_scaling_verdict_without_degrading_gossip_names_its_rounds() -> None:
     )
 
 
+def test_hops_compare_with_the_diameter_on_the_same_seeds(tmp_path: Path) -> None:
+    """Diameter's seed 1 scores 10 points under its seed 0; k = 4 ran seed 0 only, so it is
+    compared with diameter's seed 0 (−1.0), not with the two seeds' mean 67.0 (+4.0)."""
+    for hops, seed, accuracy in (
+        (None, 0, 0.72), (None, 1, 0.62), (4, 0, 0.71), (1, 0, 0.55), (1, 1, 0.45)
+    ):  # fmt: skip
+        name = f"hops-{hops or 'diameter'}_seed-{seed}"
+        _run(tmp_path, "paper-hops", name, accuracy, clients=64, hops=hops, seed=seed)
+    text = write_paper_results(tmp_path, tmp_path / "results.md").read_text()
+    assert "| diameter | 2 | 67.0 | +0.0 |" in text
+    assert "| 4 | 1 | 71.0 | -1.0 |" in text
+    assert "| 1 | 2 | 50.0 | -17.0 |" in text
+    assert "no loss at k = 4; loss at k = 1;" in text
+
+
 def test_a_method_that_does_not_learn_is_named_but_not_judged() -> None:
     curves = {"seedflood": {16: 0.9, 32: 0.9}, "dzsgd-lora": {16: 0.62, 32: 0.67}}
     curves |= {"dsgd-lora": {16: 0.8, 32: 0.7}}

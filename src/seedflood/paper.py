@@ -26,7 +26,7 @@ from seedflood.paper_bench import (
 from seedflood.paper_clients import client_table
 from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
-from seedflood.paper_verdicts import LEARNED, scaling_verdict, subcge_verdict
+from seedflood.paper_verdicts import LEARNED, paired_deltas, scaling_verdict, subcge_verdict
 from seedflood.report import (
     Run,
     find_runs,
@@ -324,10 +324,17 @@ def _hops_section(root: Path) -> list[str]:
     accuracy = {k: mean_std([m.results["accuracy"] for m in g])[0] for k, g in groups.items()}
     lines += _setting(runs, root)
     reference = accuracy.get("diameter")
+    delta = paired_deltas(
+        {
+            k: {m.results["config"]["seed"]: m.results["accuracy"] for m in g}
+            for k, g in groups.items()
+        },
+        "diameter",
+    )
     lines += [
         f"Diameter {runs[0].results['diameter']}. Paper: k = 4–8 lose nothing, k = 1–2 hurt.",
         "",
-        "| k | seeds | accuracy (%) | vs diameter (points) | bytes per edge | source |",
+        "| k | seeds | accuracy (%) | vs diameter, same seeds (points) | bytes per edge | source |",
         "|---|---|---|---|---|---|",
     ]
     planned = ["1", "2", "4", "8", "diameter"]
@@ -335,10 +342,10 @@ def _hops_section(root: Path) -> list[str]:
         if k not in groups:
             lines.append(f"| {k} | 0 | not yet run | – | – | – |")
             continue
-        delta = f"{100 * (accuracy[k] - reference):+.1f}" if reference is not None else "–"
+        shown = f"{100 * delta[k]:+.1f}" if k in delta else "–"
         bytes_ = sum(m.results["bytes_per_edge_max"] for m in groups[k]) / len(groups[k])
         lines.append(
-            f"| {k} | {len(groups[k])} | {pct(accuracy[k])} | {delta} | {format_bytes(bytes_)} "
+            f"| {k} | {len(groups[k])} | {pct(accuracy[k])} | {shown} | {format_bytes(bytes_)} "
             f"| {_sources(groups[k], root)} |"
         )
     missing = [k for k in planned if k not in groups]
@@ -350,9 +357,9 @@ def _hops_section(root: Path) -> list[str]:
             "configs/paper/hops-ring64.yaml --out results/paper-hops` (it skips finished runs)."
         )
         return [*lines, ""]
-    fine = [k for k in ("4", "8") if k in accuracy and accuracy[k] >= reference - HOPS_TOLERANCE]
-    hurt = [k for k in ("1", "2") if k in accuracy and accuracy[k] < reference - HOPS_TOLERANCE]
-    ran = [k for k in ("1", "2", "4", "8") if k in accuracy]
+    fine = [k for k in ("4", "8") if k in delta and delta[k] >= -HOPS_TOLERANCE]
+    hurt = [k for k in ("1", "2") if k in delta and delta[k] < -HOPS_TOLERANCE]
+    ran = [k for k in ("1", "2", "4", "8") if k in delta]
     verdict = "reproduced" if len(fine) + len(hurt) == len(ran) == 4 else "partly"
     verdict = "not" if not fine and not hurt else verdict
     lines.append(

@@ -108,3 +108,17 @@ def subcge_verdict(accuracy: dict[tuple[int, int], float]) -> str:
         f"loses more than {100 * TOLERANCE:.0f} points to a longer period at rank "
         f"{', '.join(map(str, short_hurts)) or 'none'} of {', '.join(map(str, short_cells))}."
     )
+
+
+def paired_deltas(by_seed: dict[str, dict[int, float]], reference: str) -> dict[str, float]:
+    """Each setting's mean accuracy gain over ``reference`` on the seeds both ran: seeds differ
+    by a few points here, so a mean over different seeds would mix seed noise into the effect."""
+    if reference not in by_seed:
+        return {}
+    deltas = {}
+    for setting, seeds in by_seed.items():
+        shared = sorted(seeds.keys() & by_seed[reference].keys())
+        if shared:
+            gains = [seeds[s] - by_seed[reference][s] for s in shared]
+            deltas[setting] = sum(gains) / len(gains)
+    return deltas
