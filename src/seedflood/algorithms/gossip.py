@@ -150,17 +150,16 @@ class Gossip:
     def _zo_steps_batched(self, step: int) -> list[float]:
         """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
         in shared forwards, then each row takes the same update as one client at a time."""
+        draw = DenseDirection(self.params)
         directions = torch.stack(
             [
                 torch.cat(
                     [
-                        value.flatten()
-                        for value in DenseDirection(self.params)
-                        .touch(message_seed(self.run_seed, client, step), step)
-                        .values
+                        v.flatten()
+                        for v in draw.touch(message_seed(self.run_seed, c, step), step).values
                     ]
                 )
-                for client in range(self.n)
+                for c in range(self.n)
             ]
         )
         perturbed = torch.stack(
