@@ -14,10 +14,12 @@ import pytest
 
 from seedflood.compare import plan
 from seedflood.config import ConfigError
-from seedflood.paper import write_paper_results
+from seedflood.paper import unlearned, write_paper_results
 from seedflood.paper_bench import codec_bytes_per_edge
 from seedflood.paper_tuning import tuned_rates
-from seedflood.paper_verdicts import scaling_verdict, subcge_verdict
+from seedflood.paper_verdicts import main_verdict, scaling_verdict, subcge_verdict
+from seedflood.report import present_runs
+from seedflood.scoring import TokenizedExample, majority_rate
 
 REPO = Path(__file__).resolve().parents[1]
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
@@ -28,6 +30,8 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
     differ between runs); clients hold the averaged model unless ``client_accuracy`` says not."""
     client_accuracy = float(config.pop("client_accuracy", accuracy))  # type: ignore[arg-type]
     consensus_distance = float(config.pop("consensus_distance", 0.0))  # type: ignore[arg-type]
+    zero_shot = float(config.pop("zero_shot", 0.496))  # type: ignore[arg-type]
+    majority = {k: config.pop(k) for k in ("majority_accuracy",) if k in config}
     full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
     full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
     full |= {"eps": 0.001, "direction": "subcge", "rank": 32, "refresh": 1000, "hops": None}
@@ -48,7 +52,8 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
         "topology": full["topology"],
         "train_seconds": 100.0,
         "wall_seconds": 120.0,
-        "zero_shot_accuracy": 0.496,
+        "zero_shot_accuracy": zero_shot,
+        **majority,
     }
     path = root / "results" / directory / "runs" / name / "results.json"
     path.parent.mkdir(parents=True)
@@ -269,11 +274,63 @@ def test_a_method_that_does_not_learn_is_named_but_not_judged() -> None:
     assert "degrading: dsgd-lora of dsgd-lora." in verdict
     assert verdict.endswith(
         "Not judged: dzsgd-lora 62.0% at 16 → 67.0% at 32, within 5 points of the zero-shot "
-        "model at every size: it does not learn in this budget, so its curve is noise."
+        "model or the majority answer at every size: it does not learn in this budget, so its "
+        "curve is noise."
     )
     judged = scaling_verdict(curves, rounds)
     assert "degrading: dsgd-lora of dsgd-lora, dzsgd-lora." in judged
     assert "Not judged" not in judged
+
+
+def _cell(method: str, task: str, accuracy: float, floor: float) -> dict[str, object]:
+    cell = {"method": method, "task": task, "topology": "ring", "accuracy": accuracy}
+    return {**cell, "floor": floor}
+
+
+def test_a_task_whose_dsgd_does_not_learn_is_named_but_not_judged() -> None:
+    """RTE's DSGD ends at the majority answer's 52.7% (6 points above its untrained model's
+    46.6%, which sits below chance): SeedFlood's 87% of it is not judged; SST-2's cell is."""
+    rte = [_cell("seedflood", "rte", 0.459, 0.527), _cell("dsgd", "rte", 0.527, 0.527)]
+    rte.append(_cell("dzsgd-lora", "rte", 0.469, 0.527))
+    sst2 = [_cell("seedflood", "sst2", 0.70, 0.51), _cell("dsgd", "sst2", 0.75, 0.51)]
+    verdict = main_verdict([*sst2, *rte], complete=False, fallback=False)
+    assert verdict.startswith("**Verdict: partly** (an incomplete grid")
+    assert "sst2/ring: SeedFlood at 93.3% of DSGD (paper 94–96%), ahead of no rivals." in verdict
+    assert "rte/ring: SeedFlood at" not in verdict
+    assert verdict.endswith(
+        "Not judged: rte/ring (DSGD 52.7%, SeedFlood 45.9%, to beat 52.7%): DSGD stays within 5 "
+        "points of the better of the untrained model and always answering the most common "
+        "label, so it has not learned that task in this budget and the ratios to it are noise."
+    )
+    assert main_verdict(rte, complete=False, fallback=False).startswith(
+        "**Verdict: not tested at this scale.** Not judged: rte/ring"
+    )
+    learned = [_cell("seedflood", "rte", 0.60, 0.527), _cell("dsgd", "rte", 0.62, 0.527)]
+    assert "rte/ring: SeedFlood at 96.8% of DSGD" in main_verdict(learned, False, False)
+
+
+def test_the_majority_rate_is_the_share_of_the_most_common_label() -> None:
+    examples = [TokenizedExample((1,), ((2,), (3,)), label) for label in (1, 1, 0, 1, 2)]
+    assert majority_rate(examples) == 0.6
+    with pytest.raises(ValueError, match="empty"):
+        majority_rate([])
+
+
+def test_a_run_must_beat_the_majority_answer_as_well_as_its_untrained_model(
+    tmp_path: Path,
+) -> None:
+    """DZSGD-LoRA gains 6 points on its below-chance untrained model but ends at the majority
+    answer: not learned. Runs without a recorded majority rate fall back to the zero-shot."""
+    for clients, majority in ((16, 0.527), (32, None)):
+        extra = {} if majority is None else {"majority_accuracy": majority}
+        name = f"dzsgd-lora_clients-{clients}_seed-0"
+        _run(tmp_path, "paper-scaling", name, 0.527, clients=clients, zero_shot=0.466, **extra)
+    runs = present_runs(tmp_path / "results" / "paper-scaling")
+    assert sorted(round(r.floor, 3) for r in runs) == [0.466, 0.527]
+    assert unlearned(runs) == []  # the 32-client run rose 6.1 points over its zero-shot
+    (run32,) = [r for r in runs if r.results["clients"] == 32]
+    run32.results["majority_accuracy"] = 0.527
+    assert unlearned(runs) == ["dzsgd-lora"]
 
 
 def test_subcge_verdict_judges_rank_and_refresh_apart() -> None:

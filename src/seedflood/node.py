@@ -43,7 +43,7 @@ from seedflood.network import EdgeTraffic, edge_summary
 from seedflood.p2p import FLOOD_PROTOCOL, JOIN_PROTOCOL, SYNC_PROTOCOL, EventLoopThread
 from seedflood.peer import PeerState
 from seedflood.robust import ScalarClip
-from seedflood.scoring import accuracy
+from seedflood.scoring import accuracy, majority_rate
 from seedflood.seating import PeerError, Say, Seating
 
 __all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
@@ -348,6 +348,7 @@ class Node(Seating, Exchange):
         }
         if self.options.evaluate:
             results["zero_shot_accuracy"] = self.zero_shot
+            results["majority_accuracy"] = majority_rate(experiment.test)
             results["accuracy"] = self._accuracy(experiment.test)
         results.update(self._traffic())
         atomic_write_json(self.options.out_dir / "results.json", results)

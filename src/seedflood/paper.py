@@ -26,7 +26,13 @@ from seedflood.paper_bench import (
 from seedflood.paper_clients import client_table
 from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
-from seedflood.paper_verdicts import LEARNED, paired_deltas, scaling_verdict, subcge_verdict
+from seedflood.paper_verdicts import (
+    LEARNED,
+    main_verdict,
+    paired_deltas,
+    scaling_verdict,
+    subcge_verdict,
+)
 from seedflood.report import (
     Run,
     find_runs,
@@ -49,7 +55,6 @@ PAPER = {  # method → (accuracy as % of DSGD, total bytes per edge)
     "dzsgd": ("below SeedFlood (−6.46%)", "not found"),
     "dzsgd-lora": ("below SeedFlood (−8.25%)", "not found"),
 }
-ZO_RIVALS = ("dzsgd", "dzsgd-lora", "choco-lora")
 SETTING_KEYS = (
     "model", "task", "clients", "topology", "rounds", "local_steps", "batch_size", "lr", "eps",
     "direction", "rank", "refresh", "hops", "n_train", "n_test",
@@ -108,39 +113,6 @@ def _groups(runs: list[Run]) -> dict[tuple[str, str, str, int], list[Run]]:
 
 def _sources(members: list[Run], root: Path) -> str:
     return "<br>".join(f"`{rel(m.directory / 'results.json', root)}`" for m in members)
-
-
-def _main_verdict(rows: list[dict[str, Any]], complete: bool, fallback: bool) -> str:
-    cells_seen, reasons, all_ok, any_ok = 0, [], True, False
-    for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
-        cell = {
-            r["method"]: r["accuracy"]
-            for r in rows
-            if (r["task"], r["topology"]) == (task, topology)
-        }
-        if "seedflood" not in cell or "dsgd" not in cell:
-            continue
-        cells_seen += 1
-        ratio = cell["seedflood"] / cell["dsgd"]
-        rivals = [m for m in ZO_RIVALS if m in cell]
-        ahead = all(cell["seedflood"] > cell[m] for m in rivals)
-        all_ok &= ratio >= 0.94 and ahead
-        any_ok |= ratio >= 0.94 or ahead
-        reasons.append(
-            f"{task}/{topology}: SeedFlood at {pct(ratio)}% of DSGD (paper 94–96%), "
-            f"{'ahead of' if ahead else 'not ahead of all of'} {', '.join(rivals) or 'no rivals'}"
-        )
-    if not cells_seen:
-        return "**Verdict: not yet run.** No task and topology has both SeedFlood and DSGD."
-    verdict = "reproduced" if all_ok and complete else "partly" if any_ok or all_ok else "not"
-    scope = (
-        "the earlier single-setting comparison (one task, topology and seed), not the main grid"
-        if fallback
-        else "the full grid"
-        if complete
-        else "an incomplete grid (3 tasks × ring/meshgrid × 3 seeds planned)"
-    )
-    return f"**Verdict: {verdict}** ({scope}): {'; '.join(reasons)}."
 
 
 def _main_section(root: Path, out: Path) -> list[str]:
@@ -208,7 +180,7 @@ def _main_section(root: Path, out: Path) -> list[str]:
     ]
     # The grids' own runs when their files are here; the seed count stands in without them.
     complete = not missing and not gaps and all(r["seeds"] >= 3 for r in rows)
-    lines += [_main_verdict(rows, complete, fallback), "", *gaps]
+    lines += [main_verdict(rows, complete, fallback), "", *gaps]
     for task in missing:
         lines += [f"Not yet run for {task}:", ""]
         lines += not_yet_run(f"main-{task}.yaml", f"results/paper-main-{task}")[2:]
@@ -248,17 +220,16 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
     sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
     rounds = {r.results["method"]: r.results["rounds"] for r in runs}
-    lines.append(scaling_verdict(normalised, rounds, _unlearned(runs)))
+    lines.append(scaling_verdict(normalised, rounds, unlearned(runs)))
     return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
 
 
-def _unlearned(runs: list[Run]) -> list[str]:
-    """Methods whose every run ended within LEARNED of its untrained model's accuracy."""
+def unlearned(runs: list[Run]) -> list[str]:
+    """Methods whose every run ended within LEARNED of its floor (``Run.floor``)."""
     gains: dict[str, list[float]] = defaultdict(list)
     for run in runs:
-        zero_shot = run.results.get("zero_shot_accuracy")
-        if zero_shot is not None:
-            gains[run.results["method"]].append(run.results["accuracy"] - zero_shot)
+        if run.results.get("zero_shot_accuracy") is not None:
+            gains[run.results["method"]].append(run.results["accuracy"] - run.floor)
     return sorted(m for m, g in gains.items() if max(g) < LEARNED)
 
 

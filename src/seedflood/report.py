@@ -34,6 +34,13 @@ class Run:
         r = self.results
         return (r["method"], r["config"]["task"], r["topology"], r["clients"])
 
+    @property
+    def floor(self) -> float:
+        """What a run must beat to have learned: its untrained model, or always answering the
+        test set's most common label where the run recorded that rate."""
+        r = self.results
+        return max(r["zero_shot_accuracy"], r.get("majority_accuracy", 0.0))
+
 
 def find_runs(directories: list[Path]) -> list[Run]:
     runs = []
@@ -80,6 +87,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
                 "accuracy": accuracy,
                 "accuracy_std": accuracy_std,
                 "zero_shot": statistics.fmean(m.results["zero_shot_accuracy"] for m in members),
+                "floor": statistics.fmean(m.floor for m in members),
                 "bytes_per_edge": statistics.fmean(
                     m.results["bytes_per_edge_max"] for m in members
                 ),

@@ -10,6 +10,7 @@ SmolLM2's forward.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -119,6 +120,15 @@ def loss_and_correct(
     loss = F.cross_entropy(scores, labels).item()
     correct = int((scores.argmax(dim=1) == labels).sum())
     return loss, correct
+
+
+def majority_rate(examples: Sequence[TokenizedExample]) -> float:
+    """Accuracy of always answering the most common label: a model must beat this, not only
+    its untrained self, before it can be said to have learned the task (an untrained model can
+    sit below it, and training can reach it by learning nothing but the label balance)."""
+    if not examples:
+        raise ValueError("cannot take the majority label of an empty example set")
+    return max(Counter(e.label for e in examples).values()) / len(examples)
 
 
 def accuracy(

@@ -40,7 +40,7 @@ from seedflood.metrics import (
 )
 from seedflood.models import add_lora, load_model
 from seedflood.robust import ScalarClip
-from seedflood.scoring import TokenizedExample, accuracy, tokenize
+from seedflood.scoring import TokenizedExample, accuracy, majority_rate, tokenize
 from seedflood.tasks import load_task, partition
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import make_direction
@@ -292,6 +292,7 @@ def run(
         "method": config.name,
         "version": __version__,
         "zero_shot_accuracy": state.zero_shot_accuracy,
+        "majority_accuracy": majority_rate(exp.test),
         **final,
         **traffic,
         "rounds": config.rounds,
