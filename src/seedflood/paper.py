@@ -28,6 +28,7 @@ from seedflood.paper_grids import not_yet_run, unfinished
 from seedflood.paper_tuning import tuning_section
 from seedflood.paper_verdicts import (
     LEARNED,
+    learned,
     main_verdict,
     paired_deltas,
     scaling_verdict,
@@ -230,11 +231,13 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
 
 def unlearned(runs: list[Run]) -> list[str]:
     """Methods whose every run ended within LEARNED of its floor (``Run.floor``)."""
-    gains: dict[str, list[float]] = defaultdict(list)
+    learned_by_method: dict[str, list[bool]] = defaultdict(list)
     for run in runs:
         if run.results.get("zero_shot_accuracy") is not None:
-            gains[run.results["method"]].append(run.results["accuracy"] - run.floor)
-    return sorted(m for m, g in gains.items() if max(g) < LEARNED)
+            learned_by_method[run.results["method"]].append(
+                learned(run.results["accuracy"], run.floor)
+            )
+    return sorted(m for m, flags in learned_by_method.items() if not any(flags))
 
 
 def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:

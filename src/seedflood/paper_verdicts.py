@@ -23,6 +23,11 @@ PAPER_GOSSIP_ROUNDS = 100  # 500 first-order steps communicating every 5, from i
 ZO_RIVALS = ("dzsgd", "dzsgd-lora", "choco-lora")  # the methods the paper places below SeedFlood
 
 
+def learned(accuracy: float, floor: float) -> bool:
+    """Whether ``accuracy`` clears ``floor`` (``Run.floor``) by LEARNED."""
+    return accuracy - floor >= LEARNED
+
+
 def _curve(by_size: dict[int, float]) -> str:
     return " → ".join(f"{pct(by_size[n])}% at {n}" for n in sorted(by_size))
 
@@ -39,7 +44,7 @@ def main_verdict(rows: Sequence[dict[str, Any]], complete: bool, fallback: bool)
         if "seedflood" not in cell or "dsgd" not in cell:
             continue
         seedflood, dsgd = cell["seedflood"]["accuracy"], cell["dsgd"]["accuracy"]
-        if dsgd - cell["dsgd"]["floor"] < LEARNED:
+        if not learned(dsgd, cell["dsgd"]["floor"]):
             unlearned.append(
                 f"{task}/{topology} (DSGD {pct(dsgd)}%, SeedFlood {pct(seedflood)}%, to beat "
                 f"{pct(cell['dsgd']['floor'])}%)"

@@ -121,9 +121,12 @@ def _plot_accuracy_vs_bytes(rows: list[dict[str, Any]], path: Path) -> None:
         )
     if len({row["task"] for row in rows}) == 1:  # the line a method must clear to have learned
         axis.axhline(
-            100 * max(row["floor"] for row in rows), color="grey", linestyle="--", linewidth=1,
+            100 * max(row["floor"] for row in rows),
+            color="grey",
+            linestyle="--",
+            linewidth=1,
             label="to beat: untrained model or majority answer",
-        )  # fmt: skip
+        )
     axis.set_xscale("log")
     axis.set_xlabel("total bytes per edge (log scale)")
     axis.set_ylabel("test accuracy (%)")
