@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from seedflood import __version__
+from seedflood.accuracy_cache import cached_accuracy
 from seedflood.config import RunConfig
 from seedflood.crypto import Context, load_or_create_key, public_hex
 from seedflood.door import BatchStore, Door
@@ -242,7 +243,12 @@ class Node(Seating, Exchange):
         self._pull(self._others())
         self._wait(lambda: True, "the catch-up")
         if self.options.evaluate:
-            self.zero_shot = self._accuracy(self.experiment.test)
+            self.zero_shot = cached_accuracy(
+                self.state.model,
+                self.experiment.test,
+                self.experiment.pad_id,
+                self.config.eval_batch_size,
+            )
             self.say(f"zero-shot test accuracy {self.zero_shot:.4f}")
         train_seconds = 0.0
         next_round = max(

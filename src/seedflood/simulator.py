@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from seedflood import __version__
+from seedflood.accuracy_cache import cached_accuracy
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.algorithms.seedflood import SeedFlood, state_hash
@@ -210,7 +211,8 @@ def _fresh_or_resumed(
     exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
 ) -> Progress:
     """Where the loop starts: the checkpoint's state with ``resume`` (the algorithm restored in
-    place), else round 0 after a zero-shot evaluation."""
+    place), else round 0 after scoring the untrained model (once per machine for each starting
+    model and test set: see accuracy_cache)."""
     if resume and saved_at.is_file():
         state = load_checkpoint(saved_at, exp.config, exp.algorithm)
         report(
@@ -220,7 +222,10 @@ def _fresh_or_resumed(
         return state
     if resume:
         report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
-    zero_shot = evaluate(exp, exp.test)["accuracy"]
+    with exp.algorithm.global_view():
+        zero_shot = cached_accuracy(
+            exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
+        )
     report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
     return Progress(0, [], 0.0, 0.0, zero_shot)
 
