@@ -2,7 +2,7 @@
 
 Every run of a comparison grid scores its starting model on the test set before training, and
 most runs of a grid start from the same parameters and share a seed's test set. On long-prompt
-tasks that one evaluation costs minutes on a CPU (BoolQ's 500 test prompts take about six
+tasks that one evaluation costs minutes on a CPU (BoolQ's 500 test prompts took five
 one-thread minutes), so later runs read the score back. The key is the parameters' bytes and the
 tokenized examples, never a model or task name: a changed model, prompt or test set cannot hit a
 stale entry, and a hit returns exactly the number an evaluation would have produced.
