@@ -230,7 +230,7 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
 
 
 def unlearned(runs: list[Run]) -> list[str]:
-    """Methods whose every run ended within LEARNED of its floor (``Run.floor``)."""
+    """Methods whose every run ended less than LEARNED above its floor (``Run.floor``)."""
     learned_by_method: dict[str, list[bool]] = defaultdict(list)
     for run in runs:
         if run.results.get("zero_shot_accuracy") is not None:

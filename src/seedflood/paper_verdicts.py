@@ -35,9 +35,9 @@ def _curve(by_size: dict[int, float]) -> str:
 def main_verdict(rows: Sequence[dict[str, Any]], complete: bool, fallback: bool) -> str:
     """The paper's main-table shape, judged per task and topology: SeedFlood within 94–96% of
     DSGD or above, and ahead of the zeroth-order and ChocoSGD-LoRA rivals. A cell whose DSGD
-    stays within LEARNED of its floor (the untrained model, or always answering the most common
-    label) is named but not judged: with the reference at chance, ratios to it and the order of
-    the methods are noise."""
+    ends less than LEARNED above its floor (the untrained model, or always answering the most
+    common label) is named but not judged: with the reference at chance, ratios to it and the
+    order of the methods are noise."""
     judged, reasons, unlearned, all_ok, any_ok = 0, [], [], True, False
     for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
         cell = {r["method"]: r for r in rows if (r["task"], r["topology"]) == (task, topology)}
@@ -60,9 +60,9 @@ def main_verdict(rows: Sequence[dict[str, Any]], complete: bool, fallback: bool)
             f"{'ahead of' if ahead else 'not ahead of all of'} {', '.join(rivals) or 'no rivals'}"
         )
     not_judged = (
-        f" Not judged: {'; '.join(unlearned)}: DSGD stays within {100 * LEARNED:.0f} points of "
-        "the better of the untrained model and always answering the most common label, so it has "
-        "not learned that task in this budget and the ratios to it are noise."
+        f" Not judged: {'; '.join(unlearned)}: DSGD ends less than {100 * LEARNED:.0f} points "
+        "above the better of the untrained model and always answering the most common label, so "
+        "it has not learned that task in this budget and the ratios to it are noise."
         if unlearned
         else ""
     )
@@ -114,8 +114,8 @@ def scaling_verdict(
         else ""
     )
     not_judged = (
-        f" Not judged: {', '.join(f'{m} {_curve(curves[m])}' for m in skipped)}, within "
-        f"{100 * LEARNED:.0f} points of the zero-shot model or the majority answer at every size: "
+        f" Not judged: {', '.join(f'{m} {_curve(curves[m])}' for m in skipped)}, never "
+        f"{100 * LEARNED:.0f} points above the zero-shot model or the majority answer: "
         "it does not learn in this budget, so its curve is noise."
         if skipped
         else ""
