@@ -39,6 +39,7 @@ from seedflood.report import (
     find_runs,
     format_bytes,
     mean_std,
+    percent_spread,
     plot_scaling,
     plot_series_log2,
     present_runs,
@@ -146,7 +147,8 @@ def _main_section(root: Path, out: Path) -> list[str]:
     lines += _setting(runs, root)
     lines += tuning_section(root, [] if fallback else runs)
     lines += [
-        "Accuracy: test accuracy of the average model (the paper's GMP), mean ± std over seeds; "
+        "Accuracy: test accuracy of the average model (the paper's GMP), mean ± std over seeds "
+        "(the value alone for one seed); "
         "clients' own: mean test accuracy of the evaluated clients' own models, since no client "
         "of a gossip run holds the average; to beat: the better of the untrained model and "
         "always answering the test set's most common label, which a method must pass by "
@@ -165,7 +167,7 @@ def _main_section(root: Path, out: Path) -> list[str]:
         paper_relative, paper_bytes = PAPER.get(r["method"], ("not found", "not found"))
         lines.append(
             f"| {r['method']} | {r['task']} | {r['topology']} | {r['clients']} | {r['seeds']} "
-            f"| {r['steps']} | {pct(r['accuracy'])} ± {pct(r['accuracy_std'])} "
+            f"| {r['steps']} | {percent_spread(r['accuracy'], r['accuracy_std'], r['seeds'])} "
             f"| {pct(fmean(m.results['client_accuracy_mean'] for m in groups[key]))} "
             f"| {pct(r['floor'])} | {relative} "
             f"| {paper_relative} | {format_bytes(r['bytes_per_edge'])} "
@@ -258,24 +260,20 @@ def _subcge_section(root: Path, out: Path) -> list[str]:
         return lines + not_yet_run("subcge-ablation.yaml", "results/paper-subcge")
     groups = _by_config(runs, "rank", "refresh")
     accuracy = {key: mean_std([m.results["accuracy"] for m in g]) for key, g in groups.items()}
+    cells = {key: percent_spread(*accuracy[key], len(g)) for key, g in groups.items()}
     ranks, refreshes = sorted({k[0] for k in groups}), sorted({k[1] for k in groups})
     steps = runs[0].results["steps"]
     lines += _setting(runs, root)
     lines += [
-        f"Test accuracy (%), mean ± std over seeds; refresh in steps of a {steps}-step run "
-        "(the paper's T = 100, 1,000, 5,000 of 5,000 steps). Paper: rank < 32 or short T hurts; "
-        "rank ≥ 32 with T ≈ 1,000–5,000 is best.",
+        "Test accuracy (%), mean ± std where a cell has several seeds; refresh in steps of a "
+        f"{steps}-step run (the paper's T = 100, 1,000, 5,000 of 5,000 steps). Paper: rank < 32 "
+        "or short T hurts; rank ≥ 32 with T ≈ 1,000–5,000 is best.",
         "",
         f"| rank | {' | '.join(_period(t, steps) for t in refreshes)} |",
         "|---" * (len(refreshes) + 1) + "|",
     ]
     for rank in ranks:
-        values = [
-            f"{pct(accuracy[rank, t][0])} ± {pct(accuracy[rank, t][1])}"
-            if (rank, t) in accuracy
-            else "–"
-            for t in refreshes
-        ]
+        values = [cells.get((rank, t), "–") for t in refreshes]
         lines.append(f"| {rank} | {' | '.join(values)} |")
     image = out.parent / "img" / "results_subcge.png"
     image.parent.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def percent_spread(mean: float, std: float, seeds: int) -> str:
+    """Mean ± std in percent; one seed has no spread, so it shows the value alone rather than a
+    "± 0.0" that would read as a measured zero."""
+    return f"{100 * mean:.1f} ± {100 * std:.1f}" if seeds > 1 else f"{100 * mean:.1f}"
+
+
 def summarize(runs: list[Run]) -> list[dict[str, Any]]:
     """One row per group, in a stable order."""
     groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
@@ -288,7 +294,7 @@ def write_report(directories: list[Path], out: Path) -> Path:
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['task']} | {r['topology']} | {r['clients']} | {r['seeds']} "
-            f"| {r['steps']} | {100 * r['accuracy']:.1f} ± {100 * r['accuracy_std']:.1f} "
+            f"| {r['steps']} | {percent_spread(r['accuracy'], r['accuracy_std'], r['seeds'])} "
             f"| {100 * r['zero_shot']:.1f} | {format_bytes(r['bytes_per_edge'])} "
             f"| {r['train_seconds']:.0f} | {r['wall_seconds']:.0f} |"
         )
