@@ -31,6 +31,7 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
     client_accuracy = float(config.pop("client_accuracy", accuracy))  # type: ignore[arg-type]
     consensus_distance = float(config.pop("consensus_distance", 0.0))  # type: ignore[arg-type]
     zero_shot = float(config.pop("zero_shot", 0.496))  # type: ignore[arg-type]
+    wall_seconds = float(config.pop("wall_seconds", 120.0))  # type: ignore[arg-type]
     majority = {k: config.pop(k) for k in ("majority_accuracy",) if k in config}
     full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
     full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
@@ -51,7 +52,7 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
         "steps": full["rounds"],
         "topology": full["topology"],
         "train_seconds": 100.0,
-        "wall_seconds": 120.0,
+        "wall_seconds": wall_seconds,
         "zero_shot_accuracy": zero_shot,
         **majority,
     }
@@ -209,8 +210,9 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
     shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")
     shutil.copy(REPO / "configs" / "paper" / "subcge-ablation.yaml", root / "configs" / "paper")
     planned = plan(root / "configs" / "paper" / "subcge-ablation.yaml")
-    for run, accuracy in zip(planned[:2], (0.72, 0.55), strict=True):
-        _run(root, "paper-subcge", run.name, accuracy, **run.config.model_dump(mode="json"))
+    for run, accuracy, seconds in zip(planned[:2], (0.72, 0.55), (610, 1490), strict=True):
+        config = run.config.model_dump(mode="json")
+        _run(root, "paper-subcge", run.name, accuracy, wall_seconds=seconds, **config)
     # a run under another config than the grid's counts as missing, as compare would rerun it
     stale = planned[2]
     _run(root, "paper-subcge", stale.name, 0.6, **{**stale.config.model_dump(), "lr": 0.5})
@@ -218,7 +220,8 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
     assert (
         "Not yet run: 10 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
         "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
-        "finished ones):\n\n- seedflood: refresh-1000_rank-64_seed-0, refresh-1000_rank-16_seed-0, "
+        "finished ones):\n\n- seedflood (2 finished here in 10–25 min each): "
+        "refresh-1000_rank-64_seed-0, refresh-1000_rank-16_seed-0, "
         "refresh-1_rank-32_seed-0," in text
     )
 

@@ -4,11 +4,13 @@ A section computed from a partial grid reads like a finished one unless it names
 scaling curve without its 128-client point or a main table with one seed of three. So each
 section lists its grid's runs that have no results with that grid's exact config (a run made
 under an older config counts as missing, as `seedflood compare` would rerun it) and the command
-that completes the grid, skipping what has finished.
+that completes the grid, skipping what has finished, with the time its finished runs of the same
+variant took, so whoever completes the grid can plan the hours.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,9 +35,14 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
         return []
     planned = plan(path)
     missing: dict[str, list[str]] = defaultdict(list)
+    minutes: dict[str, list[float]] = defaultdict(list)
     for run in planned:
-        if not run.is_done(root / out):
-            missing[run.config.name].append(run.name.removeprefix(run.config.name).strip("_"))
+        variant = run.config.name
+        if run.is_done(root / out):
+            results = json.loads((run.directory(root / out) / "results.json").read_text())
+            minutes[variant].append(results["wall_seconds"] / 60)
+        else:
+            missing[variant].append(run.name.removeprefix(variant).strip("_"))
     if not missing:
         return []
     count = sum(len(names) for names in missing.values())
@@ -44,5 +51,17 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
         f"(`{compare_command(grid, out)}` runs them and skips the finished ones):",
         "",
     ]
-    lines += [f"- {variant}: {', '.join(names)}" for variant, names in missing.items()]
+    lines += [
+        f"- {variant}{_took(minutes[variant])}: {', '.join(names)}"
+        for variant, names in missing.items()
+    ]
     return [*lines, ""]
+
+
+def _took(minutes: list[float]) -> str:
+    if not minutes:
+        return ""
+    low, high = round(min(minutes)), round(max(minutes))
+    span = f"{low}" if low == high else f"{low}–{high}"
+    each = " each" if len(minutes) > 1 else ""
+    return f" ({len(minutes)} finished here in {span} min{each})"
