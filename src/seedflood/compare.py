@@ -44,17 +44,21 @@ class PlannedRun:
     def directory(self, out: Path) -> Path:
         return out / "runs" / self.name
 
-    def is_done(self, out: Path) -> bool:
-        """Finished earlier with exactly this configuration."""
-        results = self.directory(out) / "results.json"
-        if not results.is_file():
-            return False
+    def finished_results(self, out: Path) -> dict[str, Any] | None:
+        """The results of an earlier run with exactly this configuration, else None."""
+        path = self.directory(out) / "results.json"
+        if not path.is_file():
+            return None
         try:
-            stored = RunConfig(**json.loads(results.read_text())["config"])
+            results = json.loads(path.read_text())
+            stored = RunConfig(**results["config"])
         except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
-            return False
+            return None
         # Through RunConfig, so keys added since the run was made count at their defaults.
-        return stored == self.config
+        return results if stored == self.config else None
+
+    def is_done(self, out: Path) -> bool:
+        return self.finished_results(out) is not None
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

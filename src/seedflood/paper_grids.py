@@ -10,7 +10,6 @@ variant took, so whoever completes the grid can plan the hours.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,8 +37,8 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
     minutes: dict[str, list[float]] = defaultdict(list)
     for run in planned:
         variant = run.config.name
-        if run.is_done(root / out):
-            results = json.loads((run.directory(root / out) / "results.json").read_text())
+        results = run.finished_results(root / out)
+        if results is not None:
             minutes[variant].append(results["wall_seconds"] / 60)
         else:
             missing[variant].append(run.name.removeprefix(variant).strip("_"))
