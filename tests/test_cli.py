@@ -48,6 +48,7 @@ def test_ring_run_reaches_exact_consensus(ring_run: tuple[Path, dict]) -> None:
     for key in ("accuracy", "bytes_per_edge_mean", "wall_seconds", "peak_rss_mb"):
         assert results[key] > 0
     assert results["config"]["model"] == "tiny"
+    assert (results["device"], results["peak_device_mb"]) == ("cpu", None)
     assert results["majority_accuracy"] == 0.5  # the 40 test sentences alternate labels
 
 

@@ -244,5 +244,7 @@ def test_pure_gossip_contracts_at_the_spectral_gap_rate(tiny) -> None:
 def test_a_run_that_cannot_fit_is_refused_before_it_starts() -> None:
     config = RunConfig(method="choco", clients=4096, n_train=4096)
     with pytest.raises(ConfigError, match=r"choco with 4096 clients keeps 2 × 4096 × .* GB"):
-        check_memory(config, 134_515_008)
-    check_memory(RunConfig(method="seedflood", clients=4096, n_train=4096), 134_515_008)
+        check_memory(config, 134_515_008, torch.device("cpu"))
+    check_memory(
+        RunConfig(method="seedflood", clients=4096, n_train=4096), 134_515_008, torch.device("cpu")
+    )

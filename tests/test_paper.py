@@ -14,11 +14,11 @@ import pytest
 
 from seedflood.compare import plan
 from seedflood.config import ConfigError
-from seedflood.paper import unlearned, write_paper_results
+from seedflood.paper import device_note, portable_note, unlearned, write_paper_results
 from seedflood.paper_bench import codec_bytes_per_edge
 from seedflood.paper_tuning import tuned_rates
 from seedflood.paper_verdicts import main_verdict, scaling_verdict, subcge_verdict
-from seedflood.report import present_runs
+from seedflood.report import Run, present_runs
 from seedflood.scoring import TokenizedExample, majority_rate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
     consensus_distance = float(config.pop("consensus_distance", 0.0))  # type: ignore[arg-type]
     zero_shot = float(config.pop("zero_shot", 0.496))  # type: ignore[arg-type]
     wall_seconds = float(config.pop("wall_seconds", 120.0))  # type: ignore[arg-type]
-    majority = {k: config.pop(k) for k in ("majority_accuracy",) if k in config}
+    majority = {k: config.pop(k) for k in ("majority_accuracy", "device") if k in config}
     full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
     full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
     full |= {"eps": 0.001, "direction": "subcge", "rank": 32, "refresh": 1000, "hops": None}
@@ -216,13 +216,16 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
     # a run under another config than the grid's counts as missing, as compare would rerun it
     stale = planned[2]
     _run(root, "paper-subcge", stale.name, 0.6, **{**stale.config.model_dump(), "lr": 0.5})
+    # a run on a GPU counts as finished, and its minutes are kept apart from the CPU's
+    on_gpu = planned[3]
+    config = on_gpu.config.model_dump(mode="json")
+    _run(root, "paper-subcge", on_gpu.name, 0.7, wall_seconds=90, device="cuda", **config)
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert (
-        "Not yet run: 10 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
+        "Not yet run: 9 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
         "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
-        "finished ones):\n\n- seedflood (2 finished here in 10–25 min each): "
-        "refresh-1000_rank-64_seed-0, refresh-1000_rank-16_seed-0, "
-        "refresh-1_rank-32_seed-0," in text
+        "finished ones):\n\n- seedflood (2 finished here in 10–25 min each; 1 finished on cuda "
+        "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0," in text
     )
 
 
@@ -417,3 +420,27 @@ def test_only_runs_the_named_variants_and_refuses_unknown_ones() -> None:
     assert len(everything) > len(runs)
     with pytest.raises(ConfigError, match=r"\['dsgdd'\] .* its variants: seedflood, dzsgd-lora"):
         plan(grid, ["dsgdd"])
+
+
+def test_runs_off_the_cpu_are_named_with_their_tasks() -> None:
+    def made(task: str, device: str | None) -> Run:
+        results = {"config": {"task": task}, **({"device": device} if device else {})}
+        return Run(Path(task), results, [])
+
+    runs = [made("boolq", "cuda"), made("boolq", "cuda"), made("rte", "cuda"), made("sst2", None)]
+    assert device_note(runs)[0].startswith(
+        "Device: every run on the CPU but 3 on cuda (boolq 2, rte 1). A GPU run draws the same"
+    )
+    assert device_note([made("sst2", None), made("rte", "cpu")]) == []
+
+
+def test_a_data_note_reads_the_same_wherever_the_data_directory_was() -> None:
+    notes = [
+        f"rte: only 32 training examples available from {where}/superglue/RTE/train.jsonl; "
+        "using 32 instead of 1024"
+        for where in ("../shared/data", "/work/main/.devdata/data")
+    ]
+    assert {portable_note(n) for n in notes} == {
+        "rte: only 32 training examples available from $SEEDFLOOD_DATA_DIR/superglue/RTE/"
+        "train.jsonl; using 32 instead of 1024"
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from seedflood.checkpoint import (
@@ -27,7 +28,7 @@ from seedflood.metrics import read_jsonl
 from seedflood.simulator import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
-TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb"}
+TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
 METHODS = {
     # hops = 1 on a ring of 8 leaves messages pending across rounds: flood states, outboxes and
     # the pending table all have to come back from the checkpoint.
@@ -85,6 +86,16 @@ def killed_run(data_dir: Path, method: str, out: Path, kill_round: int, point: s
     env["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, "-m", "seedflood", *cli_args(data_dir, method, out), "--resume"]
     return subprocess.run(command, env=env, capture_output=True, check=False).returncode
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """Killed runs are child processes with one thread; runs in this process must add in the
+    same order as they do, whatever thread count the environment gives it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

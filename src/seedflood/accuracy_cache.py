@@ -28,10 +28,14 @@ def accuracy_key(
     model: nn.Module, examples: Sequence[TokenizedExample], pad_id: int, batch_size: int
 ) -> str:
     """What the score depends on: the parameters, the examples, the batching (it sets the
-    padding, hence the last bits of every logit) and the torch build that does the arithmetic."""
-    digest = hashlib.sha256(state_hash(list(model.parameters())).encode())
+    padding, hence the last bits of every logit), the torch build that does the arithmetic and
+    the device it runs on (named only off the CPU, so the CPU's entries keep their keys)."""
+    params = list(model.parameters())
+    digest = hashlib.sha256(state_hash(params).encode())
     digest.update(repr(list(examples)).encode())
     digest.update(f"pad={pad_id} batch={batch_size} torch={torch.__version__}".encode())
+    if params[0].device.type != "cpu":
+        digest.update(f"device={params[0].device.type}".encode())
     return digest.hexdigest()
 
 

@@ -184,6 +184,16 @@ def load_model(
     k stages needs k); `seed` fixes its weights and is ignored by pretrained models.
     """
     transformers_logging.disable_progress_bar()
+    with torch.device("cpu"):
+        model, tokenizer = _load(name, seed, tiny_layers)
+    return _finish(model, tokenizer)
+
+
+def _load(
+    name: str, seed: int, tiny_layers: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The named model on the CPU whatever the default device: the tiny model's random weights
+    must be the same on every device."""
     if name == "smollm2-135m":
         path = _smollm2_dir()
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -193,7 +203,7 @@ def load_model(
         model = _tiny(tokenizer, seed, tiny_layers)
     else:
         model, tokenizer = _pretrained(name)
-    return _finish(model, tokenizer)
+    return model, tokenizer
 
 
 def add_lora(
@@ -209,7 +219,9 @@ def add_lora(
     config = LoraConfig(
         r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none"
     )
-    with torch.random.fork_rng():
+    # Adapters are made and initialised on the CPU (peft then moves them to their layer's
+    # device), so a seed gives the same adapters on every device.
+    with torch.random.fork_rng(), torch.device("cpu"):
         torch.manual_seed(seed)
         try:
             inject_adapter_in_model(config, model)

@@ -9,7 +9,8 @@ clock or the order files were written, so regenerating from the same files gives
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -101,9 +102,41 @@ def _setting(runs: list[Run], root: Path) -> list[str]:
                 for label, cs in sorted(by_label.items())
             ],
         )
-    notes = sorted({note for r in runs for note in r.results.get("data_notes", [])})
+    notes = sorted({portable_note(n) for r in runs for n in r.results.get("data_notes", [])})
     lines += [f"Data note: {note}" for note in notes] + ([""] if notes else [])
-    return lines
+    return lines + device_note(runs)
+
+
+def portable_note(note: str) -> str:
+    """A data note with its data directory as the variable that sets it: machines that read the
+    same files from different places (a GPU machine's copy) then give one note, not two."""
+    return re.sub(
+        r"from \S+?/((?:superglue/\w+|sst2)/[\w.]+\.jsonl)", r"from $SEEDFLOOD_DATA_DIR/\1", note
+    )
+
+
+def device_note(runs: list[Run]) -> list[str]:
+    """Which runs computed off the CPU ($SEEDFLOOD_DEVICE): the same experiment to rounding, but
+    their wall times are another machine's."""
+    elsewhere: dict[str, Counter[str]] = defaultdict(Counter)
+    for run in runs:
+        device = run.results.get("device", "cpu")
+        if device != "cpu":
+            elsewhere[device][run.results["config"]["task"]] += 1
+    if not elsewhere:
+        return []
+    parts = [
+        f"{sum(counts.values())} on {device} ("
+        + ", ".join(f"{task} {n}" for task, n in sorted(counts.items()))
+        + ")"
+        for device, counts in sorted(elsewhere.items())
+    ]
+    return [
+        f"Device: every run on the CPU but {'; '.join(parts)}. A GPU run draws the same batches, "
+        "directions and adapters (seedflood.devices) and differs only in rounding; its wall "
+        "time is the GPU's.",
+        "",
+    ]
 
 
 def _groups(runs: list[Run]) -> dict[tuple[str, str, str, int], list[Run]]:

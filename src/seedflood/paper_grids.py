@@ -34,12 +34,13 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
         return []
     planned = plan(path)
     missing: dict[str, list[str]] = defaultdict(list)
-    minutes: dict[str, list[float]] = defaultdict(list)
+    minutes: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in planned:
         variant = run.config.name
         results = run.finished_results(root / out)
         if results is not None:
-            minutes[variant].append(results["wall_seconds"] / 60)
+            device = results.get("device", "cpu")
+            minutes[variant][device].append(results["wall_seconds"] / 60)
         else:
             missing[variant].append(run.name.removeprefix(variant).strip("_"))
     if not missing:
@@ -57,10 +58,14 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
     return [*lines, ""]
 
 
-def _took(minutes: list[float]) -> str:
-    if not minutes:
-        return ""
-    low, high = round(min(minutes)), round(max(minutes))
-    span = f"{low}" if low == high else f"{low}–{high}"
-    each = " each" if len(minutes) > 1 else ""
-    return f" ({len(minutes)} finished here in {span} min{each})"
+def _took(by_device: dict[str, list[float]]) -> str:
+    """How long the variant's finished runs took, per device (the CPU's first: "here")."""
+    parts = []
+    for device in sorted(by_device, key=lambda d: (d != "cpu", d)):
+        minutes = by_device[device]
+        low, high = round(min(minutes)), round(max(minutes))
+        span = f"{low}" if low == high else f"{low}–{high}"
+        each = " each" if len(minutes) > 1 else ""
+        where = "here" if device == "cpu" else f"on {device}"
+        parts.append(f"{len(minutes)} finished {where} in {span} min{each}")
+    return f" ({'; '.join(parts)})" if parts else ""

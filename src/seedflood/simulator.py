@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 from torch import nn
 
@@ -32,6 +31,7 @@ from seedflood.checkpoint import (
     save_checkpoint,
 )
 from seedflood.config import ConfigError, RunConfig
+from seedflood.devices import available_bytes, peak_device_mb, run_device
 from seedflood.faults import LinkFaults
 from seedflood.metrics import (
     atomic_write_json,
@@ -64,21 +64,21 @@ class Experiment:
     parameters: int
 
 
-def check_memory(config: RunConfig, trainable: int) -> None:
-    """Refuse before the first step a run whose client states cannot fit in memory."""
+def check_memory(config: RunConfig, trainable: int, device: torch.device) -> None:
+    """Refuse before the first step a run whose client states cannot fit in ``device``'s memory."""
     if config.method == "seedflood":
         return
     needed = gossip_memory_bytes(
         config.clients, trainable, config.method == "choco", config.batched_forward
     )
-    available = psutil.virtual_memory().available
+    available = available_bytes(device)
     if needed > 0.9 * available:
         copies = "2 × " if config.method == "choco" else ""
         raise ConfigError(
             f"method {config.method} with {config.clients} clients keeps {copies}"
             f"{config.clients} × {trainable:,} fp32 values and working space: about "
-            f"{needed / 1e9:.1f} GB, but only "
-            f"{available / 1e9:.1f} GB of memory is available; use lora: true, fewer clients or "
+            f"{needed / 1e9:.1f} GB, but only {available / 1e9:.1f} GB of {device.type} memory "
+            "is available; use lora: true, fewer clients or "
             "a smaller model"
         )
 
@@ -128,7 +128,7 @@ def build_algorithm(
         )
     else:
         trainable = list(model.parameters())
-    check_memory(config, sum(p.numel() for p in trainable))
+    check_memory(config, sum(p.numel() for p in trainable), next(model.parameters()).device)
     return Gossip(
         trainable=trainable,
         estimator="zo" if config.method == "dzsgd" else "gradient",
@@ -140,7 +140,9 @@ def build_algorithm(
     )
 
 
-def build(config: RunConfig) -> Experiment:
+def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
+    """The run's parts, its model on ``device`` (the CPU by default); call it inside ``with
+    device:`` so that the tensors methods create land there too."""
     topology = make_topology(
         config.topology,
         config.clients,
@@ -161,6 +163,7 @@ def build(config: RunConfig) -> Experiment:
         data.train, config.clients, seed=config.seed, scheme=config.partition, alpha=config.alpha
     )
     model, tokenizer = load_model(config.model, seed=config.seed)
+    model.to(device or torch.device("cpu"))
     pad_id = tokenizer.pad_token_id
     parameters = sum(p.numel() for p in model.parameters())
     algorithm = build_algorithm(
@@ -256,65 +259,69 @@ def run(
     kill = kill_point()
     report = progress or (lambda _round, _record: None)
     torch.manual_seed(config.seed)
-    exp = build(config)
-    algorithm = exp.algorithm
-    state = _fresh_or_resumed(exp, saved_at, resume, report)
-    history, train_seconds = state.history, state.train_seconds
-    started = time.perf_counter() - state.wall_seconds
+    device = run_device()
+    with device:
+        exp = build(config, device)
+        algorithm = exp.algorithm
+        state = _fresh_or_resumed(exp, saved_at, resume, report)
+        history, train_seconds = state.history, state.train_seconds
+        started = time.perf_counter() - state.wall_seconds
 
-    def record(done: int, stats: dict[str, float]) -> None:
-        entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
-        entry["wall_seconds"] = time.perf_counter() - started
-        entry["train_seconds"] = train_seconds
-        history.append(entry)
-        atomic_write_jsonl(out / "history.jsonl", history)
-        maybe_kill(kill, done, "history")
-        progress_now = Progress(
-            done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
-        )
-        save_checkpoint(saved_at, config, progress_now, algorithm)
+        def record(done: int, stats: dict[str, float]) -> None:
+            entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
+            entry["wall_seconds"] = time.perf_counter() - started
+            entry["train_seconds"] = train_seconds
+            history.append(entry)
+            atomic_write_jsonl(out / "history.jsonl", history)
+            maybe_kill(kill, done, "history")
+            progress_now = Progress(
+                done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
+            )
+            save_checkpoint(saved_at, config, progress_now, algorithm)
 
-    if not history:
-        record(0, {})
-    for round_index in range(state.round, config.rounds):
-        round_started = time.perf_counter()
-        stats = algorithm.run_round(round_index)
-        train_seconds += time.perf_counter() - round_started
-        done = round_index + 1
-        maybe_kill(kill, done, "round")
-        if done % config.eval_every == 0 or done == config.rounds:
-            record(done, stats)
-        maybe_kill(kill, done, "checkpoint")
-        event = "evaluation" if history[-1]["round"] == done else "round"
-        report(done, {**history[-1], **stats, "event": event})
-    final = evaluate(exp, exp.test)
-    traffic = algorithm.traffic()
-    description = algorithm.describe()
-    if "state_hash" not in description:
-        with algorithm.global_view():
-            description["state_hash"] = state_hash(list(algorithm.model.parameters()))
-    results = {
-        "method": config.name,
-        "version": __version__,
-        "zero_shot_accuracy": state.zero_shot_accuracy,
-        "majority_accuracy": majority_rate(exp.test),
-        **final,
-        **traffic,
-        "rounds": config.rounds,
-        "steps": config.rounds * config.steps_per_round,
-        "clients": config.clients,
-        "topology": config.topology,
-        "diameter": exp.topology.diameter,
-        **description,
-        "parameters": exp.parameters,
-        "test_examples": len(exp.test),
-        "data_source": exp.data_source,
-        "data_notes": exp.data_notes,
-        "wall_seconds": time.perf_counter() - started,
-        "train_seconds": train_seconds,
-        "peak_rss_mb": peak_rss_mb(),
-        "config": config.model_dump(),
-    }
-    atomic_write_json(out / "results.json", results)
-    saved_at.unlink(missing_ok=True)
-    return results
+        if not history:
+            record(0, {})
+        for round_index in range(state.round, config.rounds):
+            round_started = time.perf_counter()
+            stats = algorithm.run_round(round_index)
+            train_seconds += time.perf_counter() - round_started
+            done = round_index + 1
+            maybe_kill(kill, done, "round")
+            if done % config.eval_every == 0 or done == config.rounds:
+                record(done, stats)
+            maybe_kill(kill, done, "checkpoint")
+            event = "evaluation" if history[-1]["round"] == done else "round"
+            report(done, {**history[-1], **stats, "event": event})
+        final = evaluate(exp, exp.test)
+        traffic = algorithm.traffic()
+        description = algorithm.describe()
+        if "state_hash" not in description:
+            with algorithm.global_view():
+                description["state_hash"] = state_hash(list(algorithm.model.parameters()))
+        results = {
+            "method": config.name,
+            "version": __version__,
+            "zero_shot_accuracy": state.zero_shot_accuracy,
+            "majority_accuracy": majority_rate(exp.test),
+            **final,
+            **traffic,
+            "rounds": config.rounds,
+            "steps": config.rounds * config.steps_per_round,
+            "clients": config.clients,
+            "topology": config.topology,
+            "diameter": exp.topology.diameter,
+            **description,
+            "parameters": exp.parameters,
+            "test_examples": len(exp.test),
+            "data_source": exp.data_source,
+            "data_notes": exp.data_notes,
+            "wall_seconds": time.perf_counter() - started,
+            "train_seconds": train_seconds,
+            "peak_rss_mb": peak_rss_mb(),
+            "device": str(device),
+            "peak_device_mb": peak_device_mb(device),
+            "config": config.model_dump(),
+        }
+        atomic_write_json(out / "results.json", results)
+        saved_at.unlink(missing_ok=True)
+        return results

@@ -143,7 +143,9 @@ class SubCGEDirection:
         self.rank = rank
         self.refresh = refresh
         self.run_seed = run_seed
-        self.rows_per_matrix = torch.tensor([w.shape[0] for w in matrices], dtype=torch.long)
+        self.rows_per_matrix = torch.tensor(
+            [w.shape[0] for w in matrices], dtype=torch.long, device="cpu"
+        )
         self.scales = [math.sqrt(w.shape[0] * rank) for w in matrices]
         # Entering a view, applying and committing all need the same messages' coordinates.
         self.coordinates = functools.lru_cache(maxsize=1 << 14)(self._coordinates)
@@ -163,7 +165,7 @@ class SubCGEDirection:
                 generator = torch.Generator().manual_seed(
                     derive_seed(self.run_seed, "basis", epoch, index)
                 )
-                gaussian = torch.randn(w.shape[1], self.rank, generator=generator)
+                gaussian = torch.randn(w.shape[1], self.rank, generator=generator, device="cpu")
                 basis, _ = torch.linalg.qr(gaussian)
                 bases.append(basis.to(dtype=w.dtype, device=w.device).T.contiguous())
             self._bases[epoch] = bases
@@ -172,13 +174,15 @@ class SubCGEDirection:
         return self._bases[epoch]
 
     def _coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Row, column and sign (±1) per matrix, all drawn from one seed."""
+        """Row, column and sign (±1) per matrix, all drawn from one seed on the CPU (the same on
+        every device), kept where the matrices are."""
         generator = torch.Generator().manual_seed(seed)
-        raw = torch.randint(0, 1 << 62, (len(self.matrices), 3), generator=generator)
+        raw = torch.randint(0, 1 << 62, (len(self.matrices), 3), generator=generator, device="cpu")
         rows = raw[:, 0] % self.rows_per_matrix
         cols = raw[:, 1] % self.rank
         signs = (raw[:, 2] % 2) * 2 - 1
-        return rows, cols, signs
+        device = self.matrices[0].device
+        return rows.to(device), cols.to(device), signs.to(device)
 
     def touch(self, seed: int, step: int) -> Touch:
         rows, cols, signs = self.coordinates(seed)

@@ -44,5 +44,5 @@ def sample_batch(
     """Client ``client``'s minibatch at ``step``: a function of (run_seed, client, step) only, so
     every method and every implementation of one method sees the same data."""
     generator = torch.Generator().manual_seed(derive_seed(run_seed, "batch", client, step))
-    picks = torch.randperm(len(shard), generator=generator)[:batch_size]
+    picks = torch.randperm(len(shard), generator=generator, device="cpu")[:batch_size]
     return [shard[i] for i in picks.tolist()]

@@ -90,7 +90,9 @@ class Gossip:
         initial = torch.cat([p.detach().flatten() for p in self.params])
         self.x = initial.repeat(self.n, 1)
         self.x_hat = None if self.k is None else torch.zeros_like(self.x)
-        self.mixing = torch.from_numpy(topology.mixing_matrix(mixing)).float().to_sparse()
+        self.mixing = (
+            torch.from_numpy(topology.mixing_matrix(mixing)).float().to_sparse().to(self.x.device)
+        )
         self.counter = TrafficCounter(topology.neighbors)
         for p in self.params:
             p.requires_grad_(estimator == "gradient")

@@ -71,7 +71,7 @@ def state_hash(matrices: Sequence[torch.Tensor]) -> str:
     """SHA-256 over the trained parameters' bytes, in order: equal hashes, equal models."""
     digest = hashlib.sha256()
     for tensor in matrices:
-        digest.update(tensor.detach().contiguous().numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
