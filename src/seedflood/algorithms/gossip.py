@@ -33,7 +33,7 @@ from seedflood.batched import row_weight_losses
 from seedflood.network import TrafficCounter
 from seedflood.scoring import TokenizedExample, batch_loss, loss_and_correct
 from seedflood.topology import Topology
-from seedflood.zo import DenseDirection, message_seed, two_point_estimate
+from seedflood.zo import DenseDirection, message_seed
 
 FP32_BYTES = 4
 INDEX_BYTES = 4
@@ -97,6 +97,9 @@ class Gossip:
         for p in self.params:
             p.requires_grad_(estimator == "gradient")
         self._bind(self.x[0])
+        self._gaussian: torch.Tensor | None = None
+        self._gaussian_on_device: torch.Tensor | None = None
+        self._perturbed: torch.Tensor | None = None
 
     def _bind(self, vector: torch.Tensor) -> None:
         """Point the model's trainable tensors at ``vector``: updates then land in it in place."""
@@ -140,14 +143,43 @@ class Gossip:
                 for p in self.params:
                     p.data.add_(p.grad, alpha=-self.lr)
             return float(loss.detach())
-        # The update reuses the estimate's Gaussian draw: ``DenseDirection.apply`` would draw the
-        # same 135M values again, the costliest part of a full-parameter DZSGD step on a CPU.
-        touch = DenseDirection(self.params).touch(message_seed(self.run_seed, client, step), step)
-        scalar, loss_value = two_point_estimate(
-            lambda: loss_and_correct(self.model, batch, self.pad_id)[0], touch, self.eps
-        )
-        touch.add_(-self.lr * scalar)
-        return loss_value
+        return self._zo_step(client, step, batch)
+
+    def _zo_step(self, client: int, step: int, batch: Sequence[TokenizedExample]) -> float:
+        """MeZO's step x ← x − η g u on ``client``'s row. The model scores x ± εu bound to a
+        scratch vector, so the row is written once and never saved or restored, and the Gaussian
+        u is drawn once, into a reused buffer: at 135M parameters a step is a few passes over
+        memory, and fresh model-sized allocations would cost as much as the passes."""
+        row = self.x[client]
+        u = self._draw(message_seed(self.run_seed, client, step))
+        if self._perturbed is None:
+            self._perturbed = torch.empty_like(row)
+        losses = []
+        for sign in (1.0, -1.0):
+            _add_scaled(row, u, sign * self.eps, out=self._perturbed)
+            self._bind(self._perturbed)
+            losses.append(loss_and_correct(self.model, batch, self.pad_id)[0])
+        self._bind(row)
+        plus, minus = losses
+        _add_scaled(row, u, -self.lr * (plus - minus) / (2.0 * self.eps), out=row)
+        return (plus + minus) / 2.0
+
+    def _draw(self, seed: int) -> torch.Tensor:
+        """DenseDirection's u for ``seed`` as one flat vector: the same values, drawn on the CPU
+        parameter by parameter into a reused buffer (then copied to the rows' device)."""
+        if self._gaussian is None:
+            self._gaussian = torch.empty(self.d, device="cpu")
+        generator = torch.Generator().manual_seed(seed)
+        offset = 0
+        for p in self.params:
+            part = self._gaussian[offset : offset + p.numel()].view(p.shape)
+            torch.randn(p.shape, generator=generator, out=part)
+            offset += p.numel()
+        if self.x.device.type == "cpu":
+            return self._gaussian
+        if self._gaussian_on_device is None:
+            self._gaussian_on_device = torch.empty_like(self.x[0])
+        return self._gaussian_on_device.copy_(self._gaussian)
 
     def _zo_steps_batched(self, step: int) -> list[float]:
         """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
@@ -225,6 +257,18 @@ class Gossip:
         }
 
 
+def _add_scaled(x: torch.Tensor, u: torch.Tensor, coef: float, *, out: torch.Tensor) -> None:
+    """out = x + (coef · u), chunk by chunk through a cache-sized buffer: the product is rounded
+    before the sum (no fused multiply-add), as ``Touch.add_`` rounds it, so the result is the
+    same bit for bit, while memory sees only x, u and out pass."""
+    scaled = torch.empty(min(CHUNK, len(x)), dtype=x.dtype, device=x.device)
+    for start in range(0, len(x), CHUNK):
+        end = min(start + CHUNK, len(x))
+        product = scaled[: end - start]
+        torch.mul(u[start:end], coef, out=product)
+        torch.add(x[start:end], product, out=out[start:end])
+
+
 def _all_linear_weights(model: nn.Module, params: Sequence[nn.Parameter]) -> bool:
     linear = {
         id(module.weight)
@@ -236,7 +280,7 @@ def _all_linear_weights(model: nn.Module, params: Sequence[nn.Parameter]) -> boo
 
 def gossip_memory_bytes(clients: int, trainable: int, compressed: bool, batched: bool) -> int:
     """What the client states take (x for every client, ChocoSGD's public copies x̂, batched
-    DZSGD's directions and two perturbed copies) plus three vectors of working space (a direction,
-    its saved values, the clients' mean)."""
+    DZSGD's directions and two perturbed copies) plus three vectors of working space (DZSGD's
+    direction and perturbed copy, the clients' mean)."""
     per_client = 1 + (1 if compressed else 0) + (3 if batched else 0)
     return (clients * per_client + 3) * trainable * FP32_BYTES
