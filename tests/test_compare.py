@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from seedflood.cli import app
-from seedflood.compare import plan
+from seedflood.compare import LOCK_NAME, claimed, plan
 from seedflood.config import ConfigError
 from seedflood.metrics import atomic_write_json, atomic_write_jsonl
 from seedflood.report import find_runs, head_to_head, summarize, write_report
@@ -199,6 +203,38 @@ def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
     rerun = out / "runs" / "dsgd" / "results.json"
     assert rerun.stat().st_mtime_ns != stamps[rerun]
     assert json.loads(rerun.read_text())["config"]["lr"] == 0.02
+    # a run another live process holds is left to it, even when this grid would rerun it
+    lock = out / "runs" / "dsgd" / LOCK_NAME
+    lock.write_text(f"{os.getpid()} {socket.gethostname()}")
+    before = rerun.stat().st_mtime_ns
+    changed_again = grid(tmp_path, spec.replace("LR", "0.03"))
+    held = CliRunner().invoke(app, ["compare", str(changed_again), "--out", str(out)])
+    assert held.exit_code == 0, held.output
+    assert f"skip dsgd: pid {os.getpid()} on {socket.gethostname()} is running it" in " ".join(
+        held.output.split()
+    )
+    assert rerun.stat().st_mtime_ns == before and lock.is_file()
+
+
+def test_a_claim_is_exclusive_released_and_taken_over_from_the_dead(tmp_path: Path) -> None:
+    directory = tmp_path / "runs" / "x"
+    me = f"pid {os.getpid()} on {socket.gethostname()}"
+    with claimed(directory) as holder:
+        assert holder is None
+        with claimed(directory) as second:
+            assert second == me
+        assert (directory / LOCK_NAME).is_file()
+    assert not (directory / LOCK_NAME).exists()
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    (directory / LOCK_NAME).write_text(f"{finished.pid} {socket.gethostname()}")
+    with claimed(directory) as holder:
+        assert holder is None
+        assert (directory / LOCK_NAME).read_text() == f"{os.getpid()} {socket.gethostname()}"
+    (directory / LOCK_NAME).write_text("1 another-machine")
+    with claimed(directory) as holder:
+        assert holder == "pid 1 on another-machine"
+    assert (directory / LOCK_NAME).read_text() == "1 another-machine"
 
 
 @pytest.mark.parametrize("path", sorted(Path("configs/paper").glob("*.yaml")), ids=str)

@@ -216,7 +216,7 @@ def compare(
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
     from seedflood.checkpoint import CheckpointError
-    from seedflood.compare import plan
+    from seedflood.compare import claimed, plan
     from seedflood.report import write_report
     from seedflood.simulator import run as run_simulation
 
@@ -243,12 +243,18 @@ def compare(
                 if record["event"] in ("round", "evaluation"):
                     bar.update(rounds, completed=done, status=f"val acc {record['accuracy']:.3f}")
 
-            try:
-                results = run_simulation(
-                    planned.config, planned.directory(out_dir), show, resume=resume
-                )
-            except (*USER_ERRORS, CheckpointError) as error:
-                raise _fail(error) from None
+            with claimed(planned.directory(out_dir)) as holder:
+                if holder is not None:
+                    bar.console.print(f"skip {planned.name}: {holder} is running it")
+                    bar.remove_task(rounds)
+                    bar.advance(overall)
+                    continue
+                try:
+                    results = run_simulation(
+                        planned.config, planned.directory(out_dir), show, resume=resume
+                    )
+                except (*USER_ERRORS, CheckpointError) as error:
+                    raise _fail(error) from None
             bar.remove_task(rounds)
             bar.console.print(
                 f"{planned.name}: accuracy {results['accuracy']:.4f}, "

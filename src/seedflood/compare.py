@@ -16,14 +16,18 @@ A grid file::
 Every run's config is validated before the first one starts, so a typo in the last variant does
 not surface an hour in. A run whose results.json exists with the same config is skipped, and a
 run killed half-way continues from its last checkpoint (see seedflood.checkpoint): an interrupted
-comparison resumes where it stopped, to the round.
+comparison resumes where it stopped, to the round. Processes that share a grid's directory claim
+each run before starting it (``claimed``), so two of them never run the same one.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,55 @@ class PlannedRun:
 
     def is_done(self, out: Path) -> bool:
         return self.finished_results(out) is not None
+
+
+LOCK_NAME = "running.lock"
+
+
+@contextmanager
+def claimed(directory: Path) -> Iterator[str | None]:
+    """Hold ``directory``'s run for this process while the block runs: yields None once claimed,
+    or who holds it ("pid N on HOST") when another live process does.
+
+    Processes that split a grid (``--only``) can pick the same run by mistake; two of them
+    writing one checkpoint corrupt it. The claim is a lock file created exclusively; one left by
+    a process that died on this host is taken over, and one from another host is respected
+    (its process cannot be checked from here: delete the file if that machine is gone).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / LOCK_NAME
+    me = f"{os.getpid()} {socket.gethostname()}"
+    while True:
+        try:
+            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            holder = lock.read_text() if lock.is_file() else ""
+            if holder and _alive(holder):
+                yield f"pid {holder.replace(' ', ' on ', 1)}"
+                return
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(descriptor, "w") as file:
+            file.write(me)
+        break
+    try:
+        yield None
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(holder: str) -> bool:
+    """Whether the process named by a lock's "PID HOST" still runs (always, for another host)."""
+    pid_text, _, host = holder.partition(" ")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
