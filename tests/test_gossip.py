@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
-from seedflood.algorithms.gossip import Gossip
+from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.batched import row_weight_losses
 from seedflood.config import ConfigError, RunConfig
 from seedflood.models import add_lora, load_model
@@ -248,3 +250,23 @@ def test_a_run_that_cannot_fit_is_refused_before_it_starts() -> None:
     check_memory(
         RunConfig(method="seedflood", clients=4096, n_train=4096), 134_515_008, torch.device("cpu")
     )
+
+
+@pytest.mark.parametrize(
+    ("run", "compressed"),
+    [
+        ("paper-main-sst2/runs/dzsgd_topology-ring_clients-16_seed-0", False),
+        ("paper-main-sst2/runs/dsgd_topology-ring_clients-16_seed-0", False),
+        ("paper-main-rte/runs/dsgd_topology-ring_clients-16_seed-0", False),
+        ("paper-main-sst2/runs/choco_topology-ring_clients-16_seed-0", True),
+    ],
+)
+def test_the_memory_estimate_is_the_measured_peak_within_ten_percent(
+    run: str, compressed: bool
+) -> None:
+    """The guard refuses only what would not fit, so its estimate must be the peak the runs of
+    the paper grids measured (full-parameter SmolLM2-135M, 16 clients, on this CPU)."""
+    results = json.loads((Path("results") / run / "results.json").read_text())
+    measured = results["peak_rss_mb"] * 2**20
+    estimate = gossip_memory_bytes(16, results["parameters"], compressed, batched=False)
+    assert 0.9 < estimate / measured < 1.1
