@@ -241,3 +241,37 @@ def test_a_claim_is_exclusive_released_and_taken_over_from_the_dead(tmp_path: Pa
 def test_shipped_grids_are_valid(path: Path) -> None:
     runs = plan(path)
     assert runs and all(r.config.model == "smollm2-135m" for r in runs)
+
+
+def test_a_run_finished_by_another_process_while_this_one_waited_is_not_redone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes share a grid: one plans a run, the other finishes it just before the first
+    claims it. The first must then see the results and skip, not redo (and erase) them."""
+    data = tmp_path / "data" / "sst2"
+    data.mkdir(parents=True)
+    rows = [{"idx": i, "sentence": f"film {i}", "label": i % 2} for i in range(40)]
+    for split in ("train", "validation"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = grid(
+        tmp_path,
+        f"common: {{model: tiny, data_dir: {tmp_path / 'data'}, clients: 4, rounds: 1, rank: 8,"
+        " batch_size: 2, n_train: 16, n_val: 8, n_test: 8}\n"
+        "variants:\n  seedflood: {lr: 0.01}\n",
+    )
+    finished = tmp_path / "finished"
+    assert CliRunner().invoke(app, ["compare", str(path), "--out", str(finished)]).exit_code == 0
+    made = (finished / "runs" / "seedflood" / "results.json").read_bytes()
+    real_claim = claimed
+
+    def finished_elsewhere_first(directory: Path):  # type: ignore[no-untyped-def]
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "results.json").write_bytes(made)
+        return real_claim(directory)
+
+    monkeypatch.setattr("seedflood.compare.claimed", finished_elsewhere_first)
+    raced = tmp_path / "raced"
+    result = CliRunner().invoke(app, ["compare", str(path), "--out", str(raced)])
+    assert result.exit_code == 0, result.output
+    assert "skip seedflood: finished earlier with this config" in " ".join(result.output.split())
+    assert (raced / "runs" / "seedflood" / "results.json").read_bytes() == made

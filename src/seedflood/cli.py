@@ -228,27 +228,31 @@ def compare(
     with _progress("{task.description}") as bar:
         overall = bar.add_task("[bold]runs", total=len(runs), status="")
         for planned in runs:
-            if planned.is_done(out_dir):
-                bar.console.print(f"skip {planned.name}: finished earlier with this config")
-                bar.advance(overall)
-                continue
-            bar.update(overall, status=planned.name)
-            rounds = bar.add_task("  rounds", total=planned.config.rounds, status="loading")
-
-            def show(
-                done: int, record: dict[str, Any], rounds: Any = rounds, name: str = planned.name
-            ) -> None:
-                if record["event"] == "note":
-                    bar.console.print(f"{name}: {record['text']}")
-                if record["event"] in ("round", "evaluation"):
-                    bar.update(rounds, completed=done, status=f"val acc {record['accuracy']:.3f}")
-
+            # Claimed before it is checked: another process may finish it in between.
             with claimed(planned.directory(out_dir)) as holder:
-                if holder is not None:
-                    bar.console.print(f"skip {planned.name}: {holder} is running it")
-                    bar.remove_task(rounds)
+                if holder is not None or planned.is_done(out_dir):
+                    why = (
+                        f"{holder} is running it" if holder else "finished earlier with this config"
+                    )
+                    bar.console.print(f"skip {planned.name}: {why}")
                     bar.advance(overall)
                     continue
+                bar.update(overall, status=planned.name)
+                rounds = bar.add_task("  rounds", total=planned.config.rounds, status="loading")
+
+                def show(
+                    done: int,
+                    record: dict[str, Any],
+                    rounds: Any = rounds,
+                    name: str = planned.name,
+                ) -> None:
+                    if record["event"] == "note":
+                        bar.console.print(f"{name}: {record['text']}")
+                    if record["event"] in ("round", "evaluation"):
+                        bar.update(
+                            rounds, completed=done, status=f"val acc {record['accuracy']:.3f}"
+                        )
+
                 try:
                     results = run_simulation(
                         planned.config, planned.directory(out_dir), show, resume=resume

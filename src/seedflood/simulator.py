@@ -293,36 +293,44 @@ def run(
             maybe_kill(kill, done, "checkpoint")
             event = "evaluation" if history[-1]["round"] == done else "round"
             report(done, {**history[-1], **stats, "event": event})
-        final = evaluate(exp, exp.test)
-        traffic = algorithm.traffic()
-        description = algorithm.describe()
-        if "state_hash" not in description:
-            with algorithm.global_view():
-                description["state_hash"] = state_hash(list(algorithm.model.parameters()))
-        results = {
-            "method": config.name,
-            "version": __version__,
-            "zero_shot_accuracy": state.zero_shot_accuracy,
-            "majority_accuracy": majority_rate(exp.test),
-            **final,
-            **traffic,
-            "rounds": config.rounds,
-            "steps": config.rounds * config.steps_per_round,
-            "clients": config.clients,
-            "topology": config.topology,
-            "diameter": exp.topology.diameter,
-            **description,
-            "parameters": exp.parameters,
-            "test_examples": len(exp.test),
-            "data_source": exp.data_source,
-            "data_notes": exp.data_notes,
-            "wall_seconds": time.perf_counter() - started,
-            "train_seconds": train_seconds,
-            "peak_rss_mb": peak_rss_mb(),
-            "device": str(device),
-            "peak_device_mb": peak_device_mb(device),
-            "config": config.model_dump(),
-        }
+        results = _results(config, exp, state.zero_shot_accuracy, device)
+        results["wall_seconds"] = time.perf_counter() - started
+        results["train_seconds"] = train_seconds
         atomic_write_json(out / "results.json", results)
         saved_at.unlink(missing_ok=True)
         return results
+
+
+def _results(
+    config: RunConfig, exp: Experiment, zero_shot_accuracy: float, device: torch.device
+) -> dict[str, Any]:
+    """results.json's fields but the timings: the test scores of the trained model, its traffic,
+    what it is (``describe`` and a hash of its weights) and what it was trained on."""
+    algorithm = exp.algorithm
+    traffic = algorithm.traffic()
+    description = algorithm.describe()
+    if "state_hash" not in description:
+        with algorithm.global_view():
+            description["state_hash"] = state_hash(list(algorithm.model.parameters()))
+    return {
+        "method": config.name,
+        "version": __version__,
+        "zero_shot_accuracy": zero_shot_accuracy,
+        "majority_accuracy": majority_rate(exp.test),
+        **evaluate(exp, exp.test),
+        **traffic,
+        "rounds": config.rounds,
+        "steps": config.rounds * config.steps_per_round,
+        "clients": config.clients,
+        "topology": config.topology,
+        "diameter": exp.topology.diameter,
+        **description,
+        "parameters": exp.parameters,
+        "test_examples": len(exp.test),
+        "data_source": exp.data_source,
+        "data_notes": exp.data_notes,
+        "peak_rss_mb": peak_rss_mb(),
+        "device": str(device),
+        "peak_device_mb": peak_device_mb(device),
+        "config": config.model_dump(),
+    }

@@ -93,12 +93,20 @@ class DenseDirection:
         self.params = list(params)
 
     def touch(self, seed: int, step: int) -> Touch:
+        values = [torch.empty(p.shape, dtype=p.dtype, device="cpu") for p in self.params]
+        self.draw_into(seed, values)
+        return Touch(
+            [p.data for p in self.params],
+            [v.to(p.device) for v, p in zip(values, self.params, strict=True)],
+        )
+
+    def draw_into(self, seed: int, outs: Sequence[torch.Tensor]) -> None:
+        """Fill ``outs`` (CPU tensors shaped like the parameters, in order) with u for ``seed``.
+        The draw is on the CPU whatever the parameters' device, so a seed means one direction on
+        every device; callers that step often pass reused buffers instead of fresh ones."""
         generator = torch.Generator().manual_seed(seed)
-        values = [
-            torch.randn(p.shape, generator=generator, dtype=p.dtype, device="cpu").to(p.device)
-            for p in self.params
-        ]
-        return Touch([p.data for p in self.params], values)
+        for out in outs:
+            torch.randn(out.shape, generator=generator, out=out, device=out.device)
 
     def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
         """Apply (seed, step, coef) updates in the given order."""

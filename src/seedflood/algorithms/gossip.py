@@ -102,7 +102,9 @@ class Gossip:
         for p in self.params:
             p.requires_grad_(estimator == "gradient")
         self._bind(self.x[0])
+        self._direction = DenseDirection(self.params)
         self._gaussian: torch.Tensor | None = None
+        self._gaussian_parts: list[torch.Tensor] = []
         self._gaussian_on_device: torch.Tensor | None = None
         self._perturbed: torch.Tensor | None = None
 
@@ -170,16 +172,17 @@ class Gossip:
         return (plus + minus) / 2.0
 
     def _draw(self, seed: int) -> torch.Tensor:
-        """DenseDirection's u for ``seed`` as one flat vector: the same values, drawn on the CPU
-        parameter by parameter into a reused buffer (then copied to the rows' device)."""
+        """DenseDirection's u for ``seed`` as one flat vector, drawn into a reused CPU buffer (then
+        copied to the rows' device)."""
         if self._gaussian is None:
             self._gaussian = torch.empty(self.d, device="cpu")
-        generator = torch.Generator().manual_seed(seed)
-        offset = 0
-        for p in self.params:
-            part = self._gaussian[offset : offset + p.numel()].view(p.shape)
-            torch.randn(p.shape, generator=generator, out=part)
-            offset += p.numel()
+            self._gaussian_parts = [
+                part.view(p.shape)
+                for part, p in zip(
+                    self._gaussian.split([p.numel() for p in self.params]), self.params, strict=True
+                )
+            ]
+        self._direction.draw_into(seed, self._gaussian_parts)
         if self.x.device.type == "cpu":
             return self._gaussian
         if self._gaussian_on_device is None:
@@ -189,7 +192,7 @@ class Gossip:
     def _zo_steps_batched(self, step: int) -> list[float]:
         """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
         in shared forwards, then each row takes the same update as one client at a time."""
-        draw = DenseDirection(self.params)
+        draw = self._direction
         directions = torch.stack(
             [
                 torch.cat(
