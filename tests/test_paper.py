@@ -392,6 +392,9 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     )
     # the fixture's main DSGD runs use lr 0.01, not the tuned 0.005; its SeedFlood runs match
     assert "rate other than the tuned one: dsgd on sst2 at lr 0.01 (tuned: 0.005)\n" in text
+    # the fixture's main DZSGD has no search: named, and marked where the verdict ranks it
+    assert "Not searched, at a hand-set rate: dzsgd (lr 0.01). Their rows measure" in text
+    assert "(paper 94–96%), ahead of dzsgd (rate not searched)." in text
     # the real search grid's other variants are named with the command that runs them
     (root / "configs" / "paper").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")

@@ -126,4 +126,24 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     )
     if untuned:
         lines += ["Main-table runs at a rate other than the tuned one: " + "; ".join(untuned), ""]
+    missing = unsearched(root, main_runs)
+    hand_set = sorted(
+        {
+            f"{method} (lr {run.results['config']['lr']:g})"
+            for run in main_runs
+            if (method := run.results["method"]) in missing
+        }
+    )
+    if hand_set:
+        lines += [
+            "Not searched, at a hand-set rate: " + "; ".join(hand_set) + ". Their rows measure "
+            "that rate as much as the method, and the verdict says so where it ranks them.",
+            "",
+        ]
     return lines
+
+
+def unsearched(root: Path, main_runs: list[Run]) -> set[str]:
+    """Main-table methods with no point in any learning-rate search."""
+    searched = {method for _, method in tuning_grids(root)}
+    return {run.results["method"] for run in main_runs} - searched

@@ -8,7 +8,7 @@ sentence names the cells, so a reader can see which part held.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from seedflood.paper_bench import pct
@@ -32,12 +32,18 @@ def _curve(by_size: dict[int, float]) -> str:
     return " → ".join(f"{pct(by_size[n])}% at {n}" for n in sorted(by_size))
 
 
-def main_verdict(rows: Sequence[dict[str, Any]], complete: bool, fallback: bool) -> str:
+def main_verdict(
+    rows: Sequence[dict[str, Any]],
+    complete: bool,
+    fallback: bool,
+    hand_set: Collection[str] = (),
+) -> str:
     """The paper's main-table shape, judged per task and topology: SeedFlood within 94–96% of
     DSGD or above, and ahead of the zeroth-order and ChocoSGD-LoRA rivals. A cell whose DSGD
     ends less than LEARNED above its floor (the untrained model, or always answering the most
     common label) is named but not judged: with the reference at chance, ratios to it and the
-    order of the methods are noise."""
+    order of the methods are noise. Rivals in ``hand_set`` (no learning-rate search) are marked,
+    since beating a method at an unsearched rate says less than beating it tuned."""
     judged, reasons, unlearned, all_ok, any_ok = 0, [], [], True, False
     for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
         cell = {r["method"]: r for r in rows if (r["task"], r["topology"]) == (task, topology)}
@@ -57,7 +63,11 @@ def main_verdict(rows: Sequence[dict[str, Any]], complete: bool, fallback: bool)
         any_ok |= seedflood / dsgd >= 0.94 or ahead
         reasons.append(
             f"{task}/{topology}: SeedFlood at {pct(seedflood / dsgd)}% of DSGD (paper 94–96%), "
-            f"{'ahead of' if ahead else 'not ahead of all of'} {', '.join(rivals) or 'no rivals'}"
+            f"{'ahead of' if ahead else 'not ahead of all of'} "
+            + (
+                ", ".join(f"{m} (rate not searched)" if m in hand_set else m for m in rivals)
+                or "no rivals"
+            )
         )
     not_judged = (
         f" Not judged: {'; '.join(unlearned)}: DSGD ends less than {100 * LEARNED:.0f} points "
