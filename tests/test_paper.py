@@ -393,7 +393,7 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     # the fixture's main DSGD runs use lr 0.01, not the tuned 0.005; its SeedFlood runs match
     assert "rate other than the tuned one: dsgd on sst2 at lr 0.01 (tuned: 0.005)\n" in text
     # the fixture's main DZSGD has no search: named, and marked where the verdict ranks it
-    assert "Not searched, at a hand-set rate: dzsgd (lr 0.01). Their rows measure" in text
+    assert "searched in part, at a hand-set rate: dzsgd (lr 0.01). Their rows measure" in text
     assert "(paper 94–96%), ahead of dzsgd (rate not searched)." in text
     # the real search grid's other variants are named with the command that runs them
     (root / "configs" / "paper").mkdir(parents=True)
@@ -403,7 +403,9 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     assert "Not yet run: choco at lr 0.001, 0.002, 0.005, 0.01; choco-lora at lr 0.2; " in text
     assert "dsgd at lr 0.002, 0.01; dsgd-lora at lr 0.05, 0.2, 1; " in text
     assert "; dzsgd-lora at lr 0.0005, 0.005, 0.05 (`seedflood compare" in text
-    assert "--only choco,choco-lora,dsgd,dsgd-lora,dzsgd-lora` runs them" in text
+    assert "--only choco,choco-lora,dsgd,dsgd-lora,dzsgd,dzsgd-lora` runs them" in text
+    # DSGD's search now has points to run, so its rate counts as hand-set until they have
+    assert "searched in part, at a hand-set rate: dsgd (lr 0.01); dzsgd (lr 0.01)." in text
     assert "seedflood at" not in text  # its three points ran
 
 

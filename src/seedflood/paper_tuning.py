@@ -68,15 +68,22 @@ def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
     return _picks(tuning_grids(root), task)
 
 
-def _missing_points(root: Path, done: set[tuple[str, float]]) -> list[str]:
-    """The search grid's points with no run yet, by method, and the command that runs them."""
+def _missing_points(
+    root: Path, grids: dict[tuple[str, str], list[GridPoint]]
+) -> dict[str, list[float]]:
+    """method → the search grid's rates with no run yet (empty without the grid file)."""
     grid = root / SEARCH_GRID
     if not grid.is_file():
-        return []
+        return {}
+    done = {(method, p.lr) for (_, method), points in grids.items() for p in points}
     missing: dict[str, list[float]] = defaultdict(list)
     for run in plan(grid):
         if (run.config.name, run.config.lr) not in done:
             missing[run.config.name].append(run.config.lr)
+    return dict(missing)
+
+
+def _not_yet_run(missing: dict[str, list[float]]) -> list[str]:
     if not missing:
         return []
     methods = sorted(missing)
@@ -113,7 +120,8 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
         lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
     lines.append("")
-    lines += _missing_points(root, {(m, p.lr) for (_, m), points in grids.items() for p in points})
+    missing = _missing_points(root, grids)
+    lines += _not_yet_run(missing)
     rates = _picks(grids, "sst2")
     untuned = sorted(
         {
@@ -126,24 +134,34 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     )
     if untuned:
         lines += ["Main-table runs at a rate other than the tuned one: " + "; ".join(untuned), ""]
-    missing = unsearched(root, main_runs)
     hand_set = sorted(
         {
             f"{method} (lr {run.results['config']['lr']:g})"
             for run in main_runs
-            if (method := run.results["method"]) in missing
+            if (method := run.results["method"]) in unsearched(main_runs, grids, missing)
         }
     )
     if hand_set:
         lines += [
-            "Not searched, at a hand-set rate: " + "; ".join(hand_set) + ". Their rows measure "
-            "that rate as much as the method, and the verdict says so where it ranks them.",
+            "Not searched, or searched in part, at a hand-set rate: " + "; ".join(hand_set) + ". "
+            "Their rows measure that rate as much as the method, and the verdict says so where it "
+            "ranks them.",
             "",
         ]
     return lines
 
 
-def unsearched(root: Path, main_runs: list[Run]) -> set[str]:
-    """Main-table methods with no point in any learning-rate search."""
-    searched = {method for _, method in tuning_grids(root)}
+def unsearched(
+    main_runs: list[Run],
+    grids: dict[tuple[str, str], list[GridPoint]],
+    missing: dict[str, list[float]],
+) -> set[str]:
+    """Main-table methods whose search has not run, or not every point of it."""
+    searched = {method for _, method in grids} - set(missing)
     return {run.results["method"] for run in main_runs} - searched
+
+
+def unsearched_methods(root: Path, main_runs: list[Run]) -> set[str]:
+    """``unsearched`` from the results under ``root``."""
+    grids = tuning_grids(root)
+    return unsearched(main_runs, grids, _missing_points(root, grids))
