@@ -26,7 +26,7 @@ from seedflood.paper_bench import (
 )
 from seedflood.paper_clients import client_table
 from seedflood.paper_grids import not_yet_run, unfinished
-from seedflood.paper_tuning import tuning_section, unsearched_methods
+from seedflood.paper_tuning import tuning_section, untuned_methods
 from seedflood.paper_verdicts import (
     LEARNED,
     learned,
@@ -220,8 +220,8 @@ def _main_section(root: Path, out: Path) -> list[str]:
     ]
     # The grids' own runs when their files are here; the seed count stands in without them.
     complete = not missing and not gaps and all(r["seeds"] >= 3 for r in rows)
-    hand_set = set() if fallback else unsearched_methods(root, runs)
-    lines += [main_verdict(rows, complete, fallback, hand_set), "", *gaps]
+    untuned = set() if fallback else untuned_methods(root, runs)
+    lines += [main_verdict(rows, complete, fallback, untuned), "", *gaps]
     for task in missing:
         lines += [f"Not yet run for {task}:", ""]
         lines += not_yet_run(f"main-{task}.yaml", f"results/paper-main-{task}")[2:]

@@ -125,11 +125,9 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     rates = _picks(grids, "sst2")
     untuned = sorted(
         {
-            f"{method} on {run.results['config']['task']} at lr {run.results['config']['lr']:g}"
-            f" (tuned: {rates[method]:g})"
-            for run in main_runs
-            if (method := run.results["method"]) in rates
-            and float(run.results["config"]["lr"]) != rates[method]
+            f"{run.results['method']} on {run.results['config']['task']} at lr "
+            f"{run.results['config']['lr']:g} (tuned: {rates[run.results['method']]:g})"
+            for run in _off_pick(main_runs, rates)
         }
     )
     if untuned:
@@ -144,8 +142,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     if hand_set:
         lines += [
             "Not searched, or searched in part, at a hand-set rate: " + "; ".join(hand_set) + ". "
-            "Their rows measure that rate as much as the method, and the verdict says so where it "
-            "ranks them.",
+            "Their rows measure that rate as much as the method.",
             "",
         ]
     return lines
@@ -161,7 +158,19 @@ def unsearched(
     return {run.results["method"] for run in main_runs} - searched
 
 
-def unsearched_methods(root: Path, main_runs: list[Run]) -> set[str]:
-    """``unsearched`` from the results under ``root``."""
+def untuned_methods(root: Path, main_runs: list[Run]) -> set[str]:
+    """Main-table methods whose rows are not at a searched pick: ``unsearched`` ones, and those
+    with a run at a rate other than their search's pick."""
     grids = tuning_grids(root)
-    return unsearched(main_runs, grids, _missing_points(root, grids))
+    off_pick = {run.results["method"] for run in _off_pick(main_runs, _picks(grids, "sst2"))}
+    return unsearched(main_runs, grids, _missing_points(root, grids)) | off_pick
+
+
+def _off_pick(main_runs: list[Run], rates: dict[str, float]) -> list[Run]:
+    """Runs of a searched method at a rate other than its pick."""
+    return [
+        run
+        for run in main_runs
+        if run.results["method"] in rates
+        and float(run.results["config"]["lr"]) != rates[run.results["method"]]
+    ]

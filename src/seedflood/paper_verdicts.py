@@ -36,14 +36,14 @@ def main_verdict(
     rows: Sequence[dict[str, Any]],
     complete: bool,
     fallback: bool,
-    hand_set: Collection[str] = (),
+    untuned: Collection[str] = (),
 ) -> str:
     """The paper's main-table shape, judged per task and topology: SeedFlood within 94–96% of
     DSGD or above, and ahead of the zeroth-order and ChocoSGD-LoRA rivals. A cell whose DSGD
     ends less than LEARNED above its floor (the untrained model, or always answering the most
     common label) is named but not judged: with the reference at chance, ratios to it and the
-    order of the methods are noise. Rivals in ``hand_set`` (no learning-rate search) are marked,
-    since beating a method at an unsearched rate says less than beating it tuned."""
+    order of the methods are noise. Rivals in ``untuned`` (rows not at their searched rate) are
+    marked, since beating a method at a rate nobody picked says less than beating it tuned."""
     judged, reasons, unlearned, all_ok, any_ok = 0, [], [], True, False
     for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
         cell = {r["method"]: r for r in rows if (r["task"], r["topology"]) == (task, topology)}
@@ -65,7 +65,7 @@ def main_verdict(
             f"{task}/{topology}: SeedFlood at {pct(seedflood / dsgd)}% of DSGD (paper 94–96%), "
             f"{'ahead of' if ahead else 'not ahead of all of'} "
             + (
-                ", ".join(f"{m} (rate not searched)" if m in hand_set else m for m in rivals)
+                ", ".join(f"{m} (untuned rate)" if m in untuned else m for m in rivals)
                 or "no rivals"
             )
         )
