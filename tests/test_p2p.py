@@ -114,7 +114,8 @@ def test_a_faulty_link_drops_repeats_delays_and_corrupts_pushes(links) -> None:
     a, b, pushed = links
 
     def faulty(fault: LinkFault, rate: float = 1.0) -> FaultyLink:
-        return FaultyLink(b.p2p, b.runner, {}, 5.0, rates={fault: rate}, seed=3, delay=0.5)
+        # A generous push timeout: on a loaded machine a repeat that times out is lost silently.
+        return FaultyLink(b.p2p, b.runner, {}, 30.0, rates={fault: rate}, seed=3, delay=0.5)
 
     data = Frame({"n": 1}, b"body").encode()
     dropping = faulty(LinkFault.DROP)
