@@ -132,11 +132,12 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
     )
     if untuned:
         lines += ["Main-table runs at a rate other than the tuned one: " + "; ".join(untuned), ""]
+    not_searched = unsearched(main_runs, grids, missing)
     hand_set = sorted(
         {
             f"{method} (lr {run.results['config']['lr']:g})"
             for run in main_runs
-            if (method := run.results["method"]) in unsearched(main_runs, grids, missing)
+            if (method := run.results["method"]) in not_searched
         }
     )
     if hand_set:
