@@ -209,6 +209,32 @@ def test_state_added_to_an_algorithm_is_saved_without_being_declared(
     assert fresh.run_round(1) == algorithm.run_round(1)
 
 
+def test_resuming_copies_the_saved_state_into_the_build_and_leaves_the_file_alone(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """The saved models land in the fresh build's own storage (one copy of the state in memory,
+    not two), views of them stay views, and the file is not read again: overwriting it in place
+    afterwards changes nothing."""
+    config = config_of(data_dir, "dsgd")
+    algorithm = build(config).algorithm
+    algorithm.run_round(0)
+    algorithm.second_row = algorithm.x[1]
+    path = tmp_path / CHECKPOINT_NAME
+    save_checkpoint(path, config, Progress(1, [{"round": 1}], 0.5, 0.75, 0.5), algorithm)
+
+    fresh = build(config).algorithm
+    built_at = fresh.x.data_ptr()
+    load_checkpoint(path, config, fresh)
+    assert fresh.x.data_ptr() == built_at
+    assert fresh.second_row.data_ptr() == fresh.x[1].data_ptr()
+    with path.open("r+b") as file:
+        file.write(bytes(path.stat().st_size))
+    assert torch.equal(fresh.x, algorithm.x)
+    assert torch.equal(fresh.second_row, algorithm.x[1])
+    assert fresh.run_round(1) == algorithm.run_round(1)
+    assert torch.equal(fresh.x, algorithm.x)
+
+
 def test_bad_kill_request_is_refused(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
