@@ -24,7 +24,7 @@ from seedflood.checkpoint import (
 )
 from seedflood.cli import app
 from seedflood.config import ConfigError, RunConfig, load_config
-from seedflood.metrics import read_jsonl
+from seedflood.metrics import peak_rss_mb, read_jsonl
 from seedflood.simulator import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
@@ -233,6 +233,20 @@ def test_resuming_copies_the_saved_state_into_the_build_and_leaves_the_file_alon
     assert torch.equal(fresh.second_row, algorithm.x[1])
     assert fresh.run_round(1) == algorithm.run_round(1)
     assert torch.equal(fresh.x, algorithm.x)
+
+
+@pytest.mark.skipif(
+    not os.access("/proc/self/clear_refs", os.W_OK),
+    reason="this system cannot reset a process's peak memory (/proc/self/clear_refs)",
+)
+def test_a_run_reports_its_own_peak_memory_not_the_processs(data_dir: Path, tmp_path: Path) -> None:
+    """``compare`` runs a grid in one process: a run's peak must not count what an earlier run
+    (or a resume's read of its checkpoint) held."""
+    held = torch.ones(2**29)  # 2 GiB, written, so resident
+    process_peak = peak_rss_mb()
+    del held
+    results = run(config_of(data_dir, "dsgd"), tmp_path)
+    assert results["peak_rss_mb"] < process_peak - 1024
 
 
 def test_bad_kill_request_is_refused(

@@ -67,8 +67,31 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak that ``peak_rss_mb`` reports afresh, from what the process holds now.
+
+    A comparison runs its grid in one process, and the process's lifetime peak would credit
+    every run with the largest of those before it (a resume's, say). Linux resets the peak when
+    "5" is written to /proc/self/clear_refs; elsewhere this returns False and the peak stays the
+    process's."""
+    try:
+        PROC_CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process (Linux reports kilobytes)."""
+    """Peak resident memory of this process since ``reset_peak_rss`` (VmHWM), or since it
+    started where /proc has no VmHWM (ru_maxrss; Linux reports both in kilobytes)."""
+    if PROC_STATUS.is_file():
+        for line in PROC_STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

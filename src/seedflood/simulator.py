@@ -38,6 +38,7 @@ from seedflood.metrics import (
     atomic_write_jsonl,
     peak_rss_mb,
     remove_stale_temporaries,
+    reset_peak_rss,
 )
 from seedflood.models import add_lora, load_model
 from seedflood.robust import ScalarClip
@@ -259,6 +260,7 @@ def run(
         saved_at.unlink(missing_ok=True)
     kill = kill_point()
     report = progress or (lambda _round, _record: None)
+    reset_peak_rss()
     torch.manual_seed(config.seed)
     device = run_device()
     with device:
