@@ -24,7 +24,7 @@ from seedflood.checkpoint import (
 )
 from seedflood.cli import app
 from seedflood.config import ConfigError, RunConfig, load_config
-from seedflood.metrics import peak_rss_mb, read_jsonl
+from seedflood.metrics import peak_rss_mb, read_jsonl, reset_peak_rss
 from seedflood.simulator import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
@@ -236,7 +236,7 @@ def test_resuming_copies_the_saved_state_into_the_build_and_leaves_the_file_alon
 
 
 @pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK),
+    not reset_peak_rss(),
     reason="this system cannot reset a process's peak memory (/proc/self/clear_refs)",
 )
 def test_a_run_reports_its_own_peak_memory_not_the_processs(data_dir: Path, tmp_path: Path) -> None:
