@@ -1,11 +1,11 @@
 """Peak memory of resuming a full-parameter gossip run, against building it afresh.
 
 A 16-client full-parameter ChocoSGD run holds 17 GB of models (x and x̂ per client); a resume
-that reads the checkpoint whole beside the fresh build needs twice that, more than this 24 GB
-machine has, so such a run could not be resumed at all. Each phase runs in its own process, which
-this one watches: the figure is its peak anonymous memory (RssAnon, sampled every few
-milliseconds), since the pages of a memory-mapped checkpoint are the file's and the kernel drops
-them under pressure, while ru_maxrss would count them. Medians of --repeats processes.
+that reads the checkpoint whole beside the fresh build would need about 34 GB, more than this
+24 GB machine has. Each phase runs in its own process, which this one watches: the figure is its
+peak anonymous memory (RssAnon, sampled every few milliseconds), since the pages of a
+memory-mapped checkpoint are the file's and the kernel drops them under pressure, while
+ru_maxrss would count them. Medians of --repeats processes.
 
     SEEDFLOOD_DATA_DIR=../shared/data python benchmarks/resume_memory.py [--clients 2]
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from seedflood.checkpoint import CHECKPOINT_NAME, Progress, load_checkpoint, save_checkpoint
 from seedflood.config import RunConfig
-from seedflood.metrics import atomic_write_json
+from seedflood.metrics import atomic_write_json, proc_status_kb
 from seedflood.simulator import build
 
 PHASES = ("save", "build", "resume")
@@ -45,23 +45,13 @@ def phase(name: str, clients: int, directory: Path) -> float:
     return (algorithm.x.nbytes + algorithm.x_hat.nbytes) / 2**30  # type: ignore[attr-defined]
 
 
-def anonymous_kb(pid: int) -> int:
-    """The process's anonymous resident memory; 0 once it has exited (a zombie has none)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
-    lines = [line for line in status.splitlines() if line.startswith("RssAnon:")]
-    return int(lines[0].split()[1]) if lines else 0
-
-
 def in_child(name: str, clients: int, directory: Path) -> tuple[float, float]:
     """(peak anonymous memory, models) in GB of one phase run in a child process."""
     command = [sys.executable, __file__, "--phase", name, "--clients", str(clients)]
     child = subprocess.Popen([*command, "--dir", str(directory)], stdout=subprocess.PIPE, text=True)
     peak_kb = 0
     while child.poll() is None:
-        peak_kb = max(peak_kb, anonymous_kb(child.pid))
+        peak_kb = max(peak_kb, proc_status_kb("RssAnon", child.pid) or 0)
         time.sleep(SAMPLE_SECONDS)
     stdout, _ = child.communicate()
     if child.returncode:

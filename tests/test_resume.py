@@ -24,7 +24,7 @@ from seedflood.checkpoint import (
 )
 from seedflood.cli import app
 from seedflood.config import ConfigError, RunConfig, load_config
-from seedflood.metrics import peak_rss_mb, read_jsonl, reset_peak_rss
+from seedflood.metrics import peak_rss_mb, proc_status_kb, read_jsonl, reset_peak_rss
 from seedflood.simulator import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
@@ -247,6 +247,19 @@ def test_a_run_reports_its_own_peak_memory_not_the_processs(data_dir: Path, tmp_
     del held
     results = run(config_of(data_dir, "dsgd"), tmp_path)
     assert results["peak_rss_mb"] < process_peak - 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="this system has no /proc")
+def test_proc_status_reads_a_processs_memory_and_none_once_it_is_gone() -> None:
+    """benchmarks/resume_memory.py samples a child until it exits: a reaped child reads None."""
+    before = proc_status_kb("RssAnon")
+    held = torch.ones(2**26)  # 256 MiB, written, so resident
+    assert proc_status_kb("RssAnon") - before > 200 * 1024  # type: ignore[operator]
+    del held
+    assert proc_status_kb("NoSuchField") is None
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert proc_status_kb("RssAnon", child.pid) is None
 
 
 def test_bad_kill_request_is_refused(

@@ -208,7 +208,7 @@ def load_checkpoint(path: str | os.PathLike, config: RunConfig, algorithm: Algor
     The file is read through a memory map and the saved state copied into the fresh build's
     tensors where it can (``_into_memory``): resuming then peaks at one copy of the state, not
     two. A 16-client full-parameter gossip run holds 8.6 GB of models, and reading the file whole
-    beside the fresh build needed twice that (ChocoSGD, with 17 GB, could not resume in 24 GB)."""
+    beside the fresh build needed twice that (ChocoSGD, with 17 GB, would need about 34 GB)."""
     try:
         state = torch.load(path, weights_only=False, mmap=True)
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as error:

@@ -67,7 +67,6 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
@@ -85,14 +84,24 @@ def reset_peak_rss() -> bool:
     return True
 
 
+def proc_status_kb(field: str, pid: int | str = "self") -> int | None:
+    """A memory field of /proc/<pid>/status in kilobytes; None where the process has exited,
+    the field is absent (a zombie has no RssAnon) or the system has no /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = [line.split()[1] for line in status.splitlines() if line.startswith(f"{field}:")]
+    return int(values[0]) if values else None
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process since ``reset_peak_rss`` (VmHWM), or since it
     started where /proc has no VmHWM (ru_maxrss; Linux reports both in kilobytes)."""
-    if PROC_STATUS.is_file():
-        for line in PROC_STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    peak_kb = proc_status_kb("VmHWM")
+    if peak_kb is None:
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_kb / 1024.0
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
