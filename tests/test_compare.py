@@ -275,3 +275,7 @@ def test_a_run_finished_by_another_process_while_this_one_waited_is_not_redone(
     assert result.exit_code == 0, result.output
     assert "skip seedflood: finished earlier with this config" in " ".join(result.output.split())
     assert (raced / "runs" / "seedflood" / "results.json").read_bytes() == made
+    # Its history stayed with the other process: the report has no curves to draw.
+    assert not (raced / "curves.png").exists()
+    assert "curves.png" not in (raced / "report.md").read_text()
+    assert "curves.png" in (finished / "report.md").read_text()

@@ -188,11 +188,16 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def _plot_curves(runs: list[Run], path: Path) -> None:
+def _plot_curves(runs: list[Run], path: Path) -> bool:
+    """One curve per group, from its first run with a history; False, and no file, where no run
+    has one (results.json copied without its history.jsonl)."""
+    with_history = [run for run in runs if run.history]
+    if not with_history:
+        return False
     figure, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     seen: set[tuple[str, str, str, int]] = set()
-    for run in sorted(runs, key=lambda r: r.group):
-        if run.group in seen or not run.history:
+    for run in sorted(with_history, key=lambda r: r.group):
+        if run.group in seen:
             continue
         seen.add(run.group)
         steps_per_round = run.results["steps"] / run.results["rounds"]
@@ -209,6 +214,7 @@ def _plot_curves(runs: list[Run], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+    return True
 
 
 def _latest(history: list[dict[str, Any]], key: str, limit: float) -> dict[str, Any]:
@@ -302,8 +308,8 @@ def write_report(directories: list[Path], out: Path) -> Path:
     lines += ["", "![accuracy vs bytes per edge](accuracy_vs_bytes.png)", ""]
     if plot_scaling(rows, out / "scaling.png"):
         lines += ["![accuracy normalised to DSGD at the fewest clients](scaling.png)", ""]
-    _plot_curves(runs, out / "curves.png")
-    lines += ["![validation accuracy over steps and wall time](curves.png)", ""]
+    if _plot_curves(runs, out / "curves.png"):
+        lines += ["![validation accuracy over steps and wall time](curves.png)", ""]
     lines += _head_to_head_lines(head_to_head(runs))
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines))
