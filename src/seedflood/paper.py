@@ -133,8 +133,9 @@ def device_note(runs: list[Run]) -> list[str]:
     ]
     return [
         f"Device: every run on the CPU but {'; '.join(parts)}. A GPU run draws the same batches, "
-        "directions and adapters (seedflood.devices) and differs only in rounding; its wall "
-        "time is the GPU's.",
+        "directions and adapters (seedflood.devices) and differs only in rounding, though "
+        "rounding can move a full-parameter ChocoSGD run by points (docs/performance.md); its "
+        "wall time is the GPU's.",
         "",
     ]
 
