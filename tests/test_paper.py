@@ -315,6 +315,17 @@ def test_a_task_whose_dsgd_does_not_learn_is_named_but_not_judged() -> None:
     assert "rte/ring: SeedFlood at 96.8% of DSGD" in main_verdict(learned, False, False)
 
 
+def test_a_full_grid_reproduces_only_where_every_cell_could_test_the_claim() -> None:
+    sst2 = [_cell("seedflood", "sst2", 0.73, 0.51), _cell("dsgd", "sst2", 0.75, 0.51)]
+    rte = [_cell("seedflood", "rte", 0.459, 0.527), _cell("dsgd", "rte", 0.527, 0.527)]
+    assert main_verdict(sst2, complete=True, fallback=False).startswith(
+        "**Verdict: reproduced** (the full grid): sst2/ring: SeedFlood at 97.3% of DSGD"
+    )
+    assert main_verdict([*sst2, *rte], complete=True, fallback=False).startswith(
+        "**Verdict: partly** (the full grid; 1 of 2 cells could test it): sst2/ring: "
+    )
+
+
 def test_the_majority_rate_is_the_share_of_the_most_common_label() -> None:
     examples = [TokenizedExample((1,), ((2,), (3,)), label) for label in (1, 1, 0, 1, 2)]
     assert majority_rate(examples) == 0.6

@@ -42,7 +42,8 @@ def main_verdict(
     DSGD or above, and ahead of the zeroth-order and ChocoSGD-LoRA rivals. A cell whose DSGD
     ends less than LEARNED above its floor (the untrained model, or always answering the most
     common label) is named but not judged: with the reference at chance, ratios to it and the
-    order of the methods are noise. Rivals in ``untuned`` (rows not at their searched rate) are
+    order of the methods are noise, and the claim counts as reproduced only where every cell
+    could test it. Rivals in ``untuned`` (rows not at their searched rate) are
     marked, since beating a method at a rate nobody picked says less than beating it tuned."""
     judged, reasons, unlearned, all_ok, any_ok = 0, [], [], True, False
     for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
@@ -80,11 +81,13 @@ def main_verdict(
         return f"**Verdict: not tested at this scale.**{not_judged}"
     if not judged:
         return "**Verdict: not yet run.** No task and topology has both SeedFlood and DSGD."
-    verdict = "reproduced" if all_ok and complete else "partly" if any_ok or all_ok else "not"
+    whole = all_ok and complete and not unlearned
+    verdict = "reproduced" if whole else "partly" if any_ok or all_ok else "not"
+    cells = f"; {judged} of {judged + len(unlearned)} cells could test it" if unlearned else ""
     scope = (
         "the earlier single-setting comparison (one task, topology and seed), not the main grid"
         if fallback
-        else "the full grid"
+        else f"the full grid{cells}"
         if complete
         else "an incomplete grid (3 tasks × ring/meshgrid × 3 seeds planned)"
     )
