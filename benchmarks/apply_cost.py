@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from timing import median_seconds
 
-from seedflood.metrics import atomic_write_json
-from seedflood.models import load_model
+from seedflood.files import atomic_write_json
+from seedflood.learning.models import load_model
 from seedflood.zo import DenseDirection, SubCGEDirection, message_seed, trainable_matrices
 
 COUNTS = (1, 16, 256, 1024)

@@ -1,6 +1,6 @@
 """Every method on a GPU against the same run on the CPU: same losses to rounding, and the time.
 
-A run on another device is the same experiment (seedflood.devices): its draws are the CPU's, and
+A run on another device is the same experiment (seedflood.sim.devices): its draws are the CPU's, and
 only the order of floating-point sums differs. This runs each method for a few rounds on the
 tiny model and synthetic SST-2, once per device, and prints the largest difference in training
 loss and the final accuracies; a difference above --tolerance fails the check.
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.config import RunConfig
-from seedflood.devices import DEVICE_VARIABLE
-from seedflood.metrics import atomic_write_json, markdown_table
-from seedflood.simulator import run
-from seedflood.synthetic import write_synthetic_sst2
+from seedflood.files import atomic_write_json
+from seedflood.learning.synthetic import write_synthetic_sst2
+from seedflood.report import markdown_table
+from seedflood.sim.devices import DEVICE_VARIABLE
+from seedflood.sim.runner import run
 
 METHODS: dict[str, dict[str, Any]] = {
     "seedflood": {"method": "seedflood"},

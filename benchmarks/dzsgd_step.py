@@ -17,8 +17,8 @@ from pathlib import Path
 from timing import median_seconds
 
 from seedflood.config import RunConfig
-from seedflood.metrics import atomic_write_json
-from seedflood.simulator import build
+from seedflood.files import atomic_write_json
+from seedflood.sim.runner import build
 
 
 def main() -> None:

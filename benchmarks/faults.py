@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.config import RunConfig
-from seedflood.metrics import atomic_write_json, markdown_table
-from seedflood.simulator import run
-from seedflood.synthetic import write_synthetic_sst2
+from seedflood.files import atomic_write_json
+from seedflood.learning.synthetic import write_synthetic_sst2
+from seedflood.report import markdown_table
+from seedflood.sim.runner import run
 
 FAULTS: list[tuple[str, str, dict[str, Any]]] = [
     ("none", "-", {}),

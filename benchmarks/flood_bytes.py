@@ -14,10 +14,10 @@ import random
 import time
 from pathlib import Path
 
-from seedflood.flooding import FloodState
-from seedflood.messages import Message
-from seedflood.metrics import atomic_write_json
-from seedflood.network import SimulatedNetwork, flood
+from seedflood.files import atomic_write_json
+from seedflood.protocol.flooding import FloodState, flood
+from seedflood.protocol.messages import Message
+from seedflood.sim.network import SimulatedNetwork
 from seedflood.topology import make_topology
 
 PAPER_BYTES_PER_EDGE = 400_000

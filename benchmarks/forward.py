@@ -1,12 +1,12 @@
 """Forward throughput of zeroth-order steps against the machine's matrix-product roofline.
 
-One zeroth-order step of every client needs f(x_c ± εu_c) on its minibatch. Evaluated one client
-at a time that is 2n small forwards; batched, all 2n perturbed models share forwards over the base
-weights (seedflood.batched). Both score the same examples, so client-steps per second compare at
-equal tokens. FLOP/s counts 2 × (parameters outside the embedding) per real (unpadded) token, next
-to the FLOP/s of a 2048² fp32 matrix product measured in the same run. Medians of --repeats.
-SeedFlood's clients differ by SubCGE updates; with --lora, DZSGD-LoRA's by their own adapters
-(rank 8 on q_proj and v_proj, the runs' default), written to forward_dzsgd_lora.json.
+One zeroth-order step of every client needs f(x_c ± εu_c) on its minibatch. Evaluated one client at
+a time that is 2n small forwards; batched, all 2n perturbed models share forwards over the base
+weights (seedflood.algorithms.batched). Both score the same examples, so client-steps per second
+compare at equal tokens. FLOP/s counts 2 × (parameters outside the embedding) per real (unpadded)
+token, next to the FLOP/s of a 2048² fp32 matrix product measured in the same run. Medians of
+--repeats. SeedFlood's clients differ by SubCGE updates; with --lora, DZSGD-LoRA's by their own
+adapters (rank 8 on q_proj and v_proj, the runs' default), written to forward_dzsgd_lora.json.
 
     SEEDFLOOD_DATA_DIR=../shared/data python benchmarks/forward.py [--clients 128] [--batch 8]
 """
@@ -21,11 +21,11 @@ import torch
 from timing import median_seconds
 from torch import nn
 
-from seedflood.batched import Segment, row_weight_losses, segment_losses
-from seedflood.metrics import atomic_write_json
-from seedflood.models import add_lora, load_model
-from seedflood.scoring import loss_and_correct, tokenize
-from seedflood.tasks import data_dir_from_env, load_task
+from seedflood.algorithms.batched import Segment, row_weight_losses, segment_losses
+from seedflood.files import atomic_write_json
+from seedflood.learning.models import add_lora, load_model
+from seedflood.learning.scoring import loss_and_correct, tokenize
+from seedflood.learning.tasks import data_dir_from_env, load_task
 from seedflood.zo import SubCGEDirection, message_seed, trainable_matrices
 
 

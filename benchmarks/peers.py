@@ -22,10 +22,10 @@ import torch
 import yaml
 
 from seedflood.config import load_config
-from seedflood.launch import launch, peer_threads
-from seedflood.metrics import atomic_write_json
-from seedflood.peer import state_hash
-from seedflood.simulator import build
+from seedflood.files import atomic_write_json
+from seedflood.peers.launch import launch, peer_threads
+from seedflood.peers.state import state_hash
+from seedflood.sim.runner import build
 
 
 def simulate(config_file: Path, threads: int) -> dict[str, float | str]:

@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from seedflood.config import RunConfig
-from seedflood.metrics import atomic_write_json, markdown_table
-from seedflood.simulator import build, evaluate
-from seedflood.synthetic import write_synthetic_sst2
+from seedflood.files import atomic_write_json
+from seedflood.learning.synthetic import write_synthetic_sst2
+from seedflood.report import markdown_table
+from seedflood.sim.runner import build, evaluate
 
 FACTORS = (1.0, 10.0, 100.0, 1_000.0, 10_000.0)
 

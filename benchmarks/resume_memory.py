@@ -20,10 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from seedflood.checkpoint import CHECKPOINT_NAME, Progress, load_checkpoint, save_checkpoint
 from seedflood.config import RunConfig
-from seedflood.metrics import atomic_write_json, proc_status_kb
-from seedflood.simulator import build
+from seedflood.files import atomic_write_json
+from seedflood.sim.checkpoint import CHECKPOINT_NAME, Progress, load_checkpoint, save_checkpoint
+from seedflood.sim.devices import proc_status_kb
+from seedflood.sim.runner import build
 
 PHASES = ("save", "build", "resume")
 SAMPLE_SECONDS = 0.005

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import torch
 
-from seedflood.metrics import atomic_write_json, peak_rss_mb
+from seedflood.files import atomic_write_json
+from seedflood.sim.devices import peak_rss_mb
 
 
 def measure(clients: int, hops: str, batch: int, rounds: int) -> dict[str, float]:
     """One configuration, in this process."""
     from seedflood.config import RunConfig
-    from seedflood.simulator import build
+    from seedflood.sim.runner import build
 
     config = RunConfig(
         clients=clients,

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import accuracy_cache
-from seedflood.accuracy_cache import cached_accuracy
 from seedflood.config import load_config
-from seedflood.models import load_model
-from seedflood.scoring import accuracy, tokenize
-from seedflood.simulator import run
-from seedflood.tasks import Example
+from seedflood.learning import accuracy_cache
+from seedflood.learning.accuracy_cache import cached_accuracy
+from seedflood.learning.models import load_model
+from seedflood.learning.scoring import accuracy, tokenize
+from seedflood.learning.tasks import Example
+from seedflood.sim.runner import run
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor"]
 

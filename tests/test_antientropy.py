@@ -7,18 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.antientropy import (
+from seedflood.protocol.antientropy import (
     MAX_GAP_BYTES,
-    AntiEntropy,
     Digest,
     decode_digest,
     digest_of,
     digest_of_pending,
     encode_digest,
 )
-from seedflood.faults import FaultyNetwork, LinkFaults
-from seedflood.flooding import FloodState
-from seedflood.messages import CodecError, Message
+from seedflood.protocol.flooding import FloodState
+from seedflood.protocol.messages import CodecError, Message
+from seedflood.sim.faults import FaultyNetwork, LinkFaults
+from seedflood.sim.repair import AntiEntropy
 from seedflood.topology import make_topology
 
 digests = st.integers(0, 20).flatmap(

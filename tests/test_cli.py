@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from seedflood.cli import app
-from seedflood.messages import Message, encode_packet
-from seedflood.metrics import read_jsonl
+from seedflood.files import read_jsonl
+from seedflood.protocol.messages import Message, encode_packet
 
 
 @pytest.fixture(scope="module")

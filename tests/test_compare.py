@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from seedflood.cli import app
 from seedflood.compare import LOCK_NAME, claimed, plan
 from seedflood.config import ConfigError
-from seedflood.metrics import atomic_write_json, atomic_write_jsonl
+from seedflood.files import atomic_write_json, atomic_write_jsonl
 from seedflood.report import find_runs, head_to_head, summarize, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"

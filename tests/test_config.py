@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from seedflood.cli import app
 from seedflood.config import ConfigError, RunConfig, load_config, parse_override
-from seedflood.models import load_model
+from seedflood.learning.models import load_model
 from seedflood.zo import make_direction
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from seedflood.crypto import (
+from seedflood.peers.crypto import (
     KEY_FILE,
     SIGNATURE_BYTES,
     Context,
@@ -19,10 +19,10 @@ from seedflood.crypto import (
     load_or_create_key,
     public_hex,
 )
-from seedflood.door import BatchStore, Door, Verdict, batch_body, batch_header, read_batches
-from seedflood.messages import Message
-from seedflood.p2p import Frame
-from seedflood.peer import Members
+from seedflood.peers.inbox import BatchStore, Door, Verdict, batch_body, batch_header, read_batches
+from seedflood.peers.p2p import Frame
+from seedflood.peers.state import Members
+from seedflood.protocol.messages import Message
 
 STEPS = 2  # steps per round
 RUN = Context.of("run", ["peer-0", "peer-1", "peer-2"])

@@ -13,8 +13,8 @@ import torch
 
 from seedflood.algorithms.common import sample_batch
 from seedflood.config import ConfigError
-from seedflood.devices import DEVICE_VARIABLE, available_bytes, peak_device_mb, run_device
-from seedflood.models import add_lora, load_model
+from seedflood.learning.models import add_lora, load_model
+from seedflood.sim.devices import DEVICE_VARIABLE, available_bytes, peak_device_mb, run_device
 from seedflood.zo import DenseDirection, SubCGEDirection, trainable_matrices
 
 

@@ -10,9 +10,9 @@ from test_seedflood import make_seedflood
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import ConfigError, RunConfig
-from seedflood.faults import FaultyNetwork, LinkFaults, cut_edges
-from seedflood.messages import Message
-from seedflood.models import load_model
+from seedflood.learning.models import load_model
+from seedflood.protocol.messages import Message
+from seedflood.sim.faults import FaultyNetwork, LinkFaults, cut_edges
 from seedflood.topology import Topology, make_topology
 
 FLOOD_KEYS = ("bytes_per_edge_max", "bytes_per_edge_mean", "messages_per_edge_max", "bytes_total")

@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from seedflood.flooding import FloodState
-from seedflood.messages import Message
-from seedflood.network import Deliveries, SimulatedNetwork, flood
+from seedflood.protocol.flooding import Deliveries, FloodState, flood
+from seedflood.protocol.messages import Message
+from seedflood.sim.network import SimulatedNetwork
 
 Graph = list[list[int]]
 

@@ -18,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seedflood.messages import (
+from seedflood.peers.message_log import MessageLog, MessageLogError
+from seedflood.peers.p2p import MAX_HEADER_BYTES, Frame, TransportError
+from seedflood.protocol.messages import (
     MAX_ID,
     PROTOCOL_VERSION,
     SCALAR_FORMATS,
@@ -28,8 +30,6 @@ from seedflood.messages import (
     decode_packet,
     encode_packet,
 )
-from seedflood.msglog import MessageLog, MessageLogError
-from seedflood.p2p import MAX_HEADER_BYTES, Frame, TransportError
 
 # Packets of at most ~200 bytes: whatever decoding them allocates beyond this is a length or a
 # count believed without checking it against the bytes that arrived.

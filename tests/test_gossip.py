@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
+from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
-from seedflood.batched import row_weight_losses
 from seedflood.config import ConfigError, RunConfig
-from seedflood.models import add_lora, load_model
-from seedflood.scoring import batch_loss, loss_and_correct, tokenize
-from seedflood.simulator import check_memory
-from seedflood.tasks import Example, partition
+from seedflood.learning.models import add_lora, load_model
+from seedflood.learning.scoring import batch_loss, loss_and_correct, tokenize
+from seedflood.learning.tasks import Example, partition
+from seedflood.sim.runner import check_memory
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import DenseDirection, message_seed
 

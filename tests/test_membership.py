@@ -9,7 +9,7 @@ import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="membership tests need hivemind installed")
 
-from seedflood.membership import Member, Membership, MembershipError  # noqa: E402
+from seedflood.peers.membership import Member, Membership, MembershipError  # noqa: E402
 
 
 def test_peers_agree_on_the_ordered_membership_and_see_leavers_go() -> None:

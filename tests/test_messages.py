@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.messages import (
+from seedflood.protocol.messages import (
     MAX_ID,
     PROTOCOL_VERSION,
     SCALAR_BYTES,

@@ -1,4 +1,4 @@
-"""Tests for seedflood.models.
+"""Tests for seedflood.learning.models.
 
 The real SmolLM2 is loaded once per session from the user's cache: converting the GGUF costs
 ~20 s, so pointing every run at a fresh temp dir would make CI pay that each time.
@@ -14,8 +14,14 @@ import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from seedflood import models
-from seedflood.models import DEFAULT_MODEL, ModelError, cache_dir, load_model, smollm2_gguf_path
+from seedflood.learning import models
+from seedflood.learning.models import (
+    DEFAULT_MODEL,
+    ModelError,
+    cache_dir,
+    load_model,
+    smollm2_gguf_path,
+)
 
 SMOLLM2_PARAMETERS = 134_515_008
 

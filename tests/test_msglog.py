@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.messages import Message, encode_packet
-from seedflood.msglog import MAX_RECORD_BYTES, MessageLog, MessageLogError
+from seedflood.peers.message_log import MAX_RECORD_BYTES, MessageLog, MessageLogError
+from seedflood.protocol.messages import Message, encode_packet
 
 
 def committed(steps: int, origins: int) -> list[Message]:

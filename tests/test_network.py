@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from seedflood.flooding import FloodState
-from seedflood.messages import CodecError, Message, encode_packet, quantize
-from seedflood.network import EdgeTraffic, SimulatedNetwork, flood
+from seedflood.protocol.flooding import FloodState, flood
+from seedflood.protocol.messages import CodecError, Message, encode_packet, quantize
+from seedflood.protocol.traffic import EdgeTraffic
+from seedflood.sim.network import SimulatedNetwork
 
 PATH = [[1], [0, 2], [1, 3], [2]]  # 0 - 1 - 2 - 3
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from seedflood.cli import app
 from seedflood.config import load_config
-from seedflood.crypto import load_or_create_key, public_hex
-from seedflood.launch import (
+from seedflood.peers.crypto import load_or_create_key, public_hex
+from seedflood.peers.launch import (
     launch,
     merge_results,
     peer_command,
@@ -28,11 +28,11 @@ from seedflood.launch import (
     start_peer,
     wait_for_address,
 )
-from seedflood.msglog import MessageLog
-from seedflood.p2p import FAULTS_VARIABLE
-from seedflood.peer import state_hash
+from seedflood.peers.message_log import MessageLog
+from seedflood.peers.p2p import FAULTS_VARIABLE
+from seedflood.peers.state import state_hash
 from seedflood.report import find_runs, summarize
-from seedflood.simulator import build
+from seedflood.sim.runner import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
 

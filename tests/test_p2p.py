@@ -12,7 +12,7 @@ import pytest
 
 p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
 
-from seedflood.p2p import (  # noqa: E402
+from seedflood.peers.p2p import (  # noqa: E402
     FLOOD_PROTOCOL,
     SYNC_PROTOCOL,
     EventLoopThread,

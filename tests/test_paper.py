@@ -14,12 +14,12 @@ import pytest
 
 from seedflood.compare import plan
 from seedflood.config import ConfigError
-from seedflood.paper import device_note, portable_note, unlearned, write_paper_results
-from seedflood.paper_bench import codec_bytes_per_edge
-from seedflood.paper_tuning import tuned_rates
-from seedflood.paper_verdicts import main_verdict, scaling_verdict, subcge_verdict
+from seedflood.learning.scoring import TokenizedExample, majority_rate
+from seedflood.paper.bench import codec_bytes_per_edge
+from seedflood.paper.document import device_note, portable_note, unlearned, write_paper_results
+from seedflood.paper.tuning import tuned_rates
+from seedflood.paper.verdicts import main_verdict, scaling_verdict, subcge_verdict
 from seedflood.report import Run, present_runs
-from seedflood.scoring import TokenizedExample, majority_rate
 
 REPO = Path(__file__).resolve().parents[1]
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")

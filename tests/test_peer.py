@@ -15,12 +15,12 @@ from test_seedflood import make_seedflood
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import load_config
-from seedflood.crypto import Context, SignedBatch, public_hex
-from seedflood.door import BatchStore, Door, batch_body, batch_header
-from seedflood.exchange import Exchange
-from seedflood.models import load_model
-from seedflood.p2p import Frame
-from seedflood.peer import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
+from seedflood.learning.models import load_model
+from seedflood.peers.batch_exchange import Exchange
+from seedflood.peers.crypto import Context, SignedBatch, public_hex
+from seedflood.peers.inbox import BatchStore, Door, batch_body, batch_header
+from seedflood.peers.p2p import Frame
+from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
 

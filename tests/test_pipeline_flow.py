@@ -14,7 +14,7 @@ import pytest
 
 from seedflood.pipeline.costs import DataHolder, Relay, Scenario, random_scenario
 from seedflood.pipeline.flow import FlowSolution, optimal_flow, validate
-from seedflood.pipeline.gwtf import (
+from seedflood.pipeline.gwtf.algorithm import (
     STALE_TICKS,
     DecentralizedFlow,
     Kind,

@@ -31,7 +31,7 @@ from seedflood.pipeline.costs import (
     activation_bytes,
     random_scenario,
 )
-from seedflood.pipeline.sim import SimResult, simulate
+from seedflood.pipeline.simulation import SimResult, simulate
 
 HOP = SAME_REGION_LATENCY_S  # a same-region transfer of zero activation bytes
 TIMEOUT = 5.0

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from seedflood.models import cache_dir, load_model
+from seedflood.learning.models import cache_dir, load_model
 from seedflood.pipeline.calibration import llama_from_smollm2, measure_stage_seconds
 from seedflood.pipeline.stages import (
     IGNORE_INDEX,

@@ -14,7 +14,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seedflood.checkpoint import (
+from seedflood.cli import app
+from seedflood.config import ConfigError, RunConfig, load_config
+from seedflood.files import read_jsonl
+from seedflood.sim.checkpoint import (
     CHECKPOINT_NAME,
     KILL_AT_VARIABLE,
     KILL_ROUND_VARIABLE,
@@ -22,10 +25,8 @@ from seedflood.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from seedflood.cli import app
-from seedflood.config import ConfigError, RunConfig, load_config
-from seedflood.metrics import peak_rss_mb, proc_status_kb, read_jsonl, reset_peak_rss
-from seedflood.simulator import build, run
+from seedflood.sim.devices import peak_rss_mb, proc_status_kb, reset_peak_rss
+from seedflood.sim.runner import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
 TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}

@@ -9,11 +9,11 @@ from test_peer import Cluster
 from test_seedflood import make_seedflood
 
 from seedflood.config import RunConfig
-from seedflood.messages import Message, quantize
-from seedflood.models import load_model
-from seedflood.robust import ScalarClip
-from seedflood.simulator import build, evaluate
-from seedflood.synthetic import write_synthetic_sst2
+from seedflood.learning.models import load_model
+from seedflood.learning.synthetic import write_synthetic_sst2
+from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.messages import Message, quantize
+from seedflood.sim.runner import build, evaluate
 from seedflood.topology import make_topology
 
 

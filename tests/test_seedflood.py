@@ -10,12 +10,12 @@ import torch
 
 from seedflood.algorithms import seedflood as seedflood_module
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.flooding import FloodState
-from seedflood.messages import Message, quantize
-from seedflood.models import load_model
-from seedflood.network import SimulatedNetwork, flood
-from seedflood.scoring import loss_and_correct, tokenize
-from seedflood.tasks import Example, partition
+from seedflood.learning.models import load_model
+from seedflood.learning.scoring import loss_and_correct, tokenize
+from seedflood.learning.tasks import Example, partition
+from seedflood.protocol.flooding import FloodState, flood
+from seedflood.protocol.messages import Message, quantize
+from seedflood.sim.network import SimulatedNetwork
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import make_direction, message_seed, two_point_estimate
 

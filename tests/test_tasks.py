@@ -1,5 +1,5 @@
-"""Tests for seedflood.tasks: MeZO-style prompts, the sampling protocol, data validation and
-client partitioning. Tiny data directories in the real GLUE/SuperGLUE jsonl schema are written
+"""Tests for seedflood.learning.tasks: MeZO-style prompts, the sampling protocol, data validation
+and client partitioning. Tiny data directories in the real GLUE/SuperGLUE jsonl schema are written
 to tmp_path; the real copy is only used when SEEDFLOOD_DATA_DIR points at it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.tasks import (
+from seedflood.learning.tasks import (
     TASKS,
     DataError,
     Example,

@@ -34,8 +34,8 @@ def run(
     ] = False,
 ) -> None:
     """Train with one method and write results.json and history.jsonl."""
-    from seedflood.checkpoint import CheckpointError
-    from seedflood.simulator import run as run_simulation
+    from seedflood.sim.checkpoint import CheckpointError
+    from seedflood.sim.runner import run as run_simulation
 
     try:
         config = load_config(config_file, set_ or [])
@@ -113,7 +113,7 @@ def peer(
     set_: SetOption = None,
 ) -> None:
     """One SeedFlood client in this process, training with the run's other peers."""
-    from seedflood.node import PeerError, PeerOptions, run_peer
+    from seedflood.peers.node import PeerError, PeerOptions, run_peer
 
     config = _config(config_file, set_)
     options = PeerOptions(
@@ -162,8 +162,8 @@ def launch(
     set_: SetOption = None,
 ) -> None:
     """Start real peers as local processes, wait for them, and merge their results."""
-    from seedflood.launch import LaunchError
-    from seedflood.launch import launch as launch_peers
+    from seedflood.peers.launch import LaunchError
+    from seedflood.peers.launch import launch as launch_peers
 
     config = _config(config_file, set_)
     count = peers or config.clients
@@ -215,10 +215,10 @@ def compare(
     ] = None,
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
-    from seedflood.checkpoint import CheckpointError
     from seedflood.compare import claimed, plan
     from seedflood.report import write_report
-    from seedflood.simulator import run as run_simulation
+    from seedflood.sim.checkpoint import CheckpointError
+    from seedflood.sim.runner import run as run_simulation
 
     try:
         runs = plan(grid_file, [v.strip() for v in only.split(",")] if only else ())
@@ -281,7 +281,7 @@ def report(
     ] = False,
 ) -> None:
     """Tables and plots from finished runs; --paper: one section per claim of the papers."""
-    from seedflood.paper import write_paper_results
+    from seedflood.paper.document import write_paper_results
     from seedflood.pipeline.report import find_pipeline_runs, write_pipeline_report
     from seedflood.report import write_report
 

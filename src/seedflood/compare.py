@@ -13,9 +13,9 @@ A grid file::
       clients: [16]
       seed: [0, 1, 2]
 
-Every run's config is validated before the first one starts, so a typo in the last variant does
-not surface an hour in. A run whose results.json exists with the same config is skipped, and a
-run killed half-way continues from its last checkpoint (see seedflood.checkpoint): an interrupted
+Every run's config is validated before the first one starts, so a typo in the last variant does not
+surface an hour in. A run whose results.json exists with the same config is skipped, and a run
+killed half-way continues from its last checkpoint (see seedflood.sim.checkpoint): an interrupted
 comparison resumes where it stopped, to the round. Processes that share a grid's directory claim
 each run before starting it (``claimed``), so two of them never run the same one.
 """

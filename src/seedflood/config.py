@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from seedflood.tasks import TASKS
+from seedflood.learning.tasks import TASKS
 from seedflood.topology import TOPOLOGIES, TopologyError, check_parameters
 
 METHODS: tuple[str, ...] = ("seedflood", "dsgd", "choco", "dzsgd")

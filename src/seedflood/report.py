@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from seedflood.metrics import atomic_write_json, atomic_write_text, read_jsonl
+from seedflood.files import atomic_write_json, atomic_write_text, read_jsonl
 
 
 @dataclass
@@ -315,3 +316,10 @@ def write_report(directories: list[Path], out: Path) -> Path:
     atomic_write_text(report, "\n".join(lines))
     atomic_write_json(out / "summary.json", rows)
     return report
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table: benchmarks print the rows the docs quote, so the two cannot drift."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from seedflood.config import ConfigError
-from seedflood.models import ModelError
-from seedflood.tasks import DataError
+from seedflood.learning.models import ModelError
+from seedflood.learning.tasks import DataError
 from seedflood.topology import TopologyError
 
 console = Console(stderr=True)

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from seedflood.scoring import TokenizedExample
+from seedflood.learning.scoring import TokenizedExample
 from seedflood.zo import derive_seed
 
 

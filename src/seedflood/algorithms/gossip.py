@@ -12,7 +12,8 @@ paper's "communicate every 5 local updates"), so with local_steps = 1 DSGD is
 x_i ← Σ_j W_ij (x_j − η ∇f_j(x_j)).
 
 Under LoRA the trainable parameters are the adapters' linear weights alone, so DZSGD-LoRA can
-score all clients' perturbed adapters in shared batched forwards (``batched``, seedflood.batched).
+score all clients' perturbed adapters in shared batched forwards (``batched``,
+seedflood.algorithms.batched).
 
 Clients' trainable parameters live as rows of one (n × d) matrix. The shared working model's
 trainable tensors are re-pointed at a row to compute with that client, so switching clients copies
@@ -28,10 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
-from seedflood.batched import row_weight_losses
-from seedflood.network import TrafficCounter
-from seedflood.scoring import TokenizedExample, batch_loss, loss_and_correct
+from seedflood.learning.scoring import TokenizedExample, batch_loss, loss_and_correct
+from seedflood.protocol.traffic import TrafficCounter
 from seedflood.topology import Topology
 from seedflood.zo import DenseDirection, message_seed
 

@@ -16,7 +16,6 @@ from client to client by the messages that differ, so views agree with exact one
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,15 +23,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from seedflood.algorithms.batched import Segment, segment_losses
 from seedflood.algorithms.common import sample_batch
-from seedflood.antientropy import AntiEntropy
-from seedflood.batched import Segment, segment_losses
-from seedflood.faults import FaultyNetwork, LinkFaults
-from seedflood.flooding import FloodState, origins
-from seedflood.messages import Message, quantize
-from seedflood.network import SimulatedNetwork, flood
-from seedflood.robust import ScalarClip
-from seedflood.scoring import TokenizedExample, loss_and_correct
+from seedflood.learning.models import state_hash
+from seedflood.learning.scoring import TokenizedExample, loss_and_correct
+from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.flooding import FloodState, flood, origins
+from seedflood.protocol.messages import Message, quantize
+from seedflood.protocol.updates import Update, message_updates
+from seedflood.sim.faults import FaultyNetwork, LinkFaults
+from seedflood.sim.network import SimulatedNetwork
+from seedflood.sim.repair import AntiEntropy
 from seedflood.topology import Topology
 from seedflood.zo import (
     DenseDirection,
@@ -42,7 +43,6 @@ from seedflood.zo import (
     two_point_estimate,
 )
 
-Update = tuple[int, int, float]
 Held = dict[int, int]
 """The pending messages a client holds: step → bitmask of origins (see FloodState.held)."""
 
@@ -50,29 +50,6 @@ MAX_CORRECTIONS = 256
 """Batched forwards group consecutive clients while each differs from the group's first by at
 most this many messages: a correction costs a few gathers per input row and trained matrix, and
 a few hundred of them stay well below the cost of the row's forward."""
-
-
-def message_updates(
-    messages: Sequence[Message], *, run_seed: int, lr: float, clients: int, weight: float = 1.0
-) -> list[Update]:
-    """Every client applies x ← x − (η/n)·g·u(seed) with g exactly as the codec carries it; the
-    simulator and real peers share this one formula, so their models agree bit for bit."""
-    return [
-        (
-            message_seed(run_seed, m.origin, m.step),
-            m.step,
-            -lr / clients * m.scalar * weight,
-        )
-        for m in messages
-    ]
-
-
-def state_hash(matrices: Sequence[torch.Tensor]) -> str:
-    """SHA-256 over the trained parameters' bytes, in order: equal hashes, equal models."""
-    digest = hashlib.sha256()
-    for tensor in matrices:
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 class SeedFlood:

@@ -13,7 +13,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from seedflood.models import _CACHE_NAME, cache_dir
+from seedflood.learning.models import _CACHE_NAME, cache_dir
 from seedflood.pipeline.stages import Stage
 
 

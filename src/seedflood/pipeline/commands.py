@@ -37,8 +37,8 @@ def _churn(value: str) -> Any:
 
 def _lm_for_pipeline(model: str, data_dir: str | None, seed: int, stages: int) -> Any:
     """A model to pipeline and texts to train it on: SST-2 sentences with their labels."""
-    from seedflood.models import load_model
-    from seedflood.tasks import load_task
+    from seedflood.learning.models import load_model
+    from seedflood.learning.tasks import load_task
 
     def load() -> tuple[Any, Any, list[str]]:
         language_model, tokenizer = load_model(model, seed=seed, tiny_layers=max(2, stages))
@@ -73,7 +73,7 @@ def pipeline_run(
     out: Annotated[Path | None, typer.Option(help="Results directory")] = None,
 ) -> None:
     """Simulate one router on one scenario; write pipeline.json for `seedflood report`."""
-    from seedflood.metrics import atomic_write_json
+    from seedflood.files import atomic_write_json
     from seedflood.pipeline.costs import Scenario, ScenarioError
     from seedflood.pipeline.experiment import run_pipeline
 
@@ -202,7 +202,7 @@ def pipeline_flow(
     """Route one iteration: the centralized optimum against GWTF's decentralized algorithm."""
     from seedflood.pipeline.costs import Scenario, ScenarioError
     from seedflood.pipeline.flow import optimal_flow
-    from seedflood.pipeline.gwtf import decentralized_flow
+    from seedflood.pipeline.gwtf.algorithm import decentralized_flow
 
     try:
         scenario = Scenario.load(scenario_file)

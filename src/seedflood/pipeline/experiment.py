@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from seedflood.metrics import atomic_write_json
+from seedflood.files import atomic_write_json
 from seedflood.pipeline.costs import Scenario, random_scenario
 from seedflood.pipeline.flow import optimal_flow
-from seedflood.pipeline.gwtf import decentralized_flow
+from seedflood.pipeline.gwtf.algorithm import decentralized_flow
 from seedflood.pipeline.routing import Planner
-from seedflood.pipeline.sim import SimResult, simulate
+from seedflood.pipeline.simulation import SimResult, simulate
 from seedflood.pipeline.stages import PipelineTrainer, split_llama
 
 PLANNERS = ("decentralized", "optimal")

@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from seedflood.metrics import atomic_write_text
+from seedflood.files import atomic_write_text
 
 CHURN_ORDER = {"none": 0, "low": 1, "high": 2}
 

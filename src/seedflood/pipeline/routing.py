@@ -17,7 +17,7 @@ from seedflood.pipeline.costs import Relay, Scenario, ScenarioError
 from seedflood.pipeline.records import Microbatch, Task
 
 if TYPE_CHECKING:
-    from seedflood.pipeline.sim import Simulation
+    from seedflood.pipeline.simulation import Simulation
 
 Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
 

@@ -27,7 +27,7 @@ from seedflood.pipeline.costs import Relay, Scenario
 
 if TYPE_CHECKING:
     from seedflood.pipeline.records import Microbatch, Task
-    from seedflood.pipeline.sim import Simulation
+    from seedflood.pipeline.simulation import Simulation
 
 EMA_ALPHA = 0.1
 FORWARD_TASK_SIZE = 1.0

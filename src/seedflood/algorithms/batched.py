@@ -1,0 +1,243 @@
+"""Many clients' perturbed models in one batched forward over the shared base weights.
+
+Under SubCGE a client's model differs from the shared base by a few updates, each adding
+f · V_e[:, κ] to row ρ of every weight matrix W (m × n_in). For an input row x of that client,
+
+    x (W + Σ f e_ρ V_e[:, κ]ᵀ)ᵀ = x Wᵀ + Σ f (x V_e)[κ] e_ρ,
+
+one shared matrix product, one projection x V_e (r values per token: a few percent of the
+product), and per update one of those values added to one output column. A forward hook on every
+trained linear layer adds those terms, so the model code is untouched and the rows of all
+clients, sorted by length to keep padding small, go through the model together. Results equal
+the per-client computation up to floating-point rounding.
+
+Gossip clients under LoRA (DZSGD-LoRA) share the base weights too and differ only in their small
+adapter matrices, so there each input row goes through its own client's adapter weights (one
+batched matrix product per adapter layer) and everything else is shared in the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seedflood.learning.scoring import TokenizedExample, candidate_scores, rows_per_example
+from seedflood.zo import SubCGEDirection
+
+Update = tuple[int, int, float]
+
+
+@dataclass
+class Segment:
+    """One client model (the base plus ``updates``) and the examples to score with it."""
+
+    examples: Sequence[TokenizedExample]
+    updates: Sequence[Update]
+
+
+class _Terms:
+    """Every segment's updates as (row, column, factor) per matrix, and for the rows of the current
+    forward the (input row, update) pairs that apply."""
+
+    def __init__(self, direction: SubCGEDirection, segments: Sequence[Segment]) -> None:
+        self.direction = direction
+        flat = sorted(
+            (s, seed, step, coef)
+            for s, segment in enumerate(segments)
+            for seed, step, coef in segment.updates
+        )
+        counts = torch.zeros(len(segments), dtype=torch.long)
+        for s, *_ in flat:
+            counts[s] += 1
+        self.counts = counts
+        self.starts = torch.cumsum(counts, 0) - counts
+        coords = [direction.coordinates(seed) for _, seed, _, _ in flat]
+        self.epochs = torch.tensor([direction.epoch(step) for _, _, step, _ in flat])
+        coefs = torch.tensor([coef for *_, coef in flat], dtype=torch.float64)
+        scales = torch.tensor(direction.scales, dtype=torch.float64)[:, None]
+        self.rows = torch.stack([c[0] for c in coords], dim=1) if flat else None
+        self.cols = torch.stack([c[1] for c in coords], dim=1) if flat else None
+        signs = torch.stack([c[2] for c in coords], dim=1) if flat else None
+        self.factors = (coefs * signs * scales).float() if flat else None
+        self.pair_rows = self.pair_terms = torch.zeros(0, dtype=torch.long)
+        self.position = {w.data_ptr(): index for index, w in enumerate(direction.matrices)}
+
+    def linear_index(self, module: nn.Linear) -> int | None:
+        return self.position.get(module.weight.data_ptr())
+
+    def select_rows(self, row_segments: torch.Tensor) -> None:
+        """Pair every input row of the next forward with its segment's updates."""
+        per_row = self.counts[row_segments]
+        self.pair_rows = torch.arange(len(row_segments)).repeat_interleave(per_row)
+        offsets = torch.cumsum(per_row, 0) - per_row
+        within = torch.arange(int(per_row.sum())) - offsets.repeat_interleave(per_row)
+        self.pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        if self.rows is None or not len(self.pair_terms):
+            return output
+        terms = self.pair_terms
+        tokens = torch.arange(x.shape[1])[None, :]
+        for epoch in self.epochs[terms].unique().tolist():
+            mask = self.epochs[terms] == epoch
+            rows, picked = self.pair_rows[mask], terms[mask]
+            projected = x @ self.direction.basis(epoch)[index].T
+            values = (
+                projected[rows, :, self.cols[index, picked]] * self.factors[index, picked][:, None]
+            )
+            output = output.index_put(
+                (rows[:, None], tokens, self.rows[index, picked][:, None]), values, accumulate=True
+            )
+        return output
+
+
+class _RowTerms(Protocol):
+    """What one batched forward changes in the shared linear layers' outputs, row by row."""
+
+    def linear_index(self, module: nn.Linear) -> int | None: ...
+
+    def select_rows(self, row_segments: torch.Tensor) -> None: ...
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor: ...
+
+
+class _RowWeights:
+    """Every segment's own weights for the bias-free linear layers whose weights are ``params``
+    (LoRA's A and B matrices): each input row is multiplied by its segment's copy, so whatever
+    the shared model holds there is ignored."""
+
+    def __init__(self, params: Sequence[nn.Parameter], weights: torch.Tensor) -> None:
+        self.position: dict[int, int] = {}
+        self.slices: list[tuple[int, torch.Size]] = []
+        offset = 0
+        for index, param in enumerate(params):
+            self.position[id(param)] = index
+            self.slices.append((offset, param.shape))
+            offset += param.numel()
+        if offset != weights.shape[1]:
+            raise ValueError(f"weights have {weights.shape[1]} columns, the parameters {offset}")
+        self.weights = weights
+        self.row_segments = torch.zeros(0, dtype=torch.long)
+
+    def linear_index(self, module: nn.Linear) -> int | None:
+        index = self.position.get(id(module.weight))
+        if index is not None and module.bias is not None:
+            raise ValueError("per-row weights need bias-free linear layers (LoRA's are)")
+        return index
+
+    def select_rows(self, row_segments: torch.Tensor) -> None:
+        self.row_segments = row_segments
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        offset, shape = self.slices[index]
+        rows = self.weights[self.row_segments, offset : offset + shape.numel()]
+        return torch.bmm(x, rows.view(-1, *shape).transpose(1, 2))
+
+
+@contextmanager
+def _hooks(model: nn.Module, terms: _RowTerms) -> Iterator[None]:
+    handles = []
+    for module in model.modules():
+        index = terms.linear_index(module) if isinstance(module, nn.Linear) else None
+        if index is None:
+            continue
+
+        def hook(
+            _module: nn.Module, inputs: tuple, output: torch.Tensor, index: int = index
+        ) -> torch.Tensor:
+            return terms.alter(index, inputs[0], output)
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
+    """Rows and length ``candidate_scores`` gives an example: one prompt row when every candidate
+    is a single token, else a prompt + candidate row per candidate."""
+    lengths = [len(c) for c in example.candidates]
+    if max(lengths) == 1:
+        return 1, len(example.prompt)
+    return len(lengths), len(example.prompt) + max(lengths)
+
+
+def _padded_chunks(
+    owned: Sequence[tuple[int, TokenizedExample]], tokens_per_forward: int
+) -> Iterator[Sequence[tuple[int, TokenizedExample]]]:
+    """Consecutive runs of length-sorted examples whose padded inputs hold at most
+    ``tokens_per_forward`` tokens. A budget in tokens, not rows: one long sentence in a chunk of
+    fixed row count pads every row to its length, and on SST-2 that wasted half the compute."""
+    start, rows, width = 0, 0, 0
+    for end, (_, example) in enumerate(owned):
+        added, longest = _padded_shape(example)
+        if end > start and (rows + added) * max(width, longest) > tokens_per_forward:
+            yield owned[start:end]
+            start, rows, width = end, 0, 0
+        rows, width = rows + added, max(width, longest)
+    if owned:
+        yield owned[start:]
+
+
+def _batched_losses(
+    model: nn.Module,
+    terms: _RowTerms,
+    batches: Sequence[Sequence[TokenizedExample]],
+    pad_id: int,
+    tokens_per_forward: int,
+) -> list[float]:
+    """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``."""
+    owned = sorted(
+        ((s, example) for s, batch in enumerate(batches) for example in batch),
+        key=lambda item: len(item[1].prompt),
+    )
+    totals = torch.zeros(len(batches), dtype=torch.float64)
+    counts = torch.zeros(len(batches), dtype=torch.float64)
+    with torch.inference_mode(), _hooks(model, terms):
+        for chunk in _padded_chunks(owned, tokens_per_forward):
+            examples = [example for _, example in chunk]
+            example_segments = torch.tensor([s for s, _ in chunk])
+            terms.select_rows(
+                example_segments.repeat_interleave(torch.tensor(rows_per_example(examples)))
+            )
+            scores = candidate_scores(model, examples, pad_id).double()
+            labels = torch.tensor([e.label for e in examples])
+            losses = F.cross_entropy(scores, labels, reduction="none")
+            totals.index_add_(0, example_segments, losses)
+            counts.index_add_(0, example_segments, torch.ones_like(losses))
+    return (totals / counts).tolist()
+
+
+def segment_losses(
+    model: nn.Module,
+    direction: SubCGEDirection,
+    segments: Sequence[Segment],
+    pad_id: int,
+    tokens_per_forward: int = 2048,
+) -> list[float]:
+    """Mean cross-entropy of every segment's examples under its own model, batched."""
+    terms = _Terms(direction, segments)
+    batches = [segment.examples for segment in segments]
+    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)
+
+
+def row_weight_losses(
+    model: nn.Module,
+    params: Sequence[nn.Parameter],
+    weights: torch.Tensor,
+    batches: Sequence[Sequence[TokenizedExample]],
+    pad_id: int,
+    tokens_per_forward: int = 2048,
+) -> list[float]:
+    """Mean cross-entropy of ``batches[s]`` under the model whose ``params`` (weights of bias-free
+    linear layers) hold ``weights[s]``, the flattened parameters in order, for every s, batched."""
+    terms = _RowWeights(params, weights)
+    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)

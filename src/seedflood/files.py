@@ -1,0 +1,66 @@
+"""Results files: written whole or not at all.
+
+A run killed mid-write must never leave a truncated ``results.json`` that a report would read as
+real, so every file is written to a temporary sibling, fsync'd, and renamed over the target; the
+directory is fsync'd too, since a rename is only durable once its directory entry is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    atomic_write(path, lambda file: file.write(data))
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+    """Stream ``write``'s output into ``path``: a checkpoint of a large model never needs a second
+    in-memory copy as bytes."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(handle, 0o644)  # mkstemp makes 0600: results are for everyone to read
+        with os.fdopen(handle, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> None:
+    """Delete what a process killed inside ``atomic_write`` left beside ``path``: never read, but
+    a run resumed many times would otherwise pile up partial checkpoints."""
+    target = Path(path)
+    for temp in target.parent.glob(f".{target.name}.*.tmp"):
+        temp.unlink(missing_ok=True)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -1,0 +1,145 @@
+"""Loss and accuracy from the candidates' log-likelihoods, shared by every method.
+
+MeZO-style scoring: an example is a prompt and one continuation per class. The loss is the
+cross-entropy over the candidates' mean token log-likelihoods and the prediction is their argmax.
+When every candidate is a single token (SST-2's " terrible"/" great", Yes/No tasks) this is the
+cross-entropy over the label words' logits at the answer position, and only that position goes
+through the output head: the full-vocabulary head over every position would cost about a fifth of
+SmolLM2's forward.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from seedflood.learning.tasks import Example
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizedExample:
+    prompt: tuple[int, ...]
+    candidates: tuple[tuple[int, ...], ...]
+    label: int
+
+
+def tokenize(
+    tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example], max_length: int
+) -> list[TokenizedExample]:
+    """Prompt and candidates tokenized apart (as MeZO does); long prompts lose their beginning,
+    which keeps the question and the answer position."""
+    cache: dict[str, tuple[int, ...]] = {}
+
+    def candidate_ids(text: str) -> tuple[int, ...]:
+        if text not in cache:
+            cache[text] = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return cache[text]
+
+    tokenized = []
+    for example in examples:
+        candidates = tuple(candidate_ids(c) for c in example.candidates)
+        budget = max_length - max(len(c) for c in candidates)
+        prompt = tuple(tokenizer(example.prompt)["input_ids"])[-budget:]
+        tokenized.append(TokenizedExample(prompt, candidates, example.label))
+    return tokenized
+
+
+def _is_single_token(batch: Sequence[TokenizedExample]) -> bool:
+    first = batch[0].candidates
+    return all(len(c) == 1 for c in first) and all(e.candidates == first for e in batch)
+
+
+def rows_per_example(batch: Sequence[TokenizedExample]) -> list[int]:
+    """How many model input rows ``candidate_scores`` gives each example: one on the
+    single-token path, one per candidate otherwise."""
+    if _is_single_token(batch):
+        return [1] * len(batch)
+    return [len(e.candidates) for e in batch]
+
+
+def _pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right padding: real tokens keep positions 0..len-1 under a causal mask."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return ids, mask
+
+
+def candidate_scores(
+    model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
+) -> torch.Tensor:
+    """Scores (batch × candidates): mean log-likelihood of each candidate's tokens, up to a
+    per-example constant (single-token candidates skip the log-softmax, which cancels in the
+    cross-entropy and the argmax)."""
+    backbone = model.base_model
+    head = model.get_output_embeddings()
+    if _is_single_token(batch):
+        ids, mask = _pad([e.prompt for e in batch], pad_id)
+        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        last = hidden[torch.arange(len(batch)), mask.sum(dim=1) - 1]
+        label_ids = torch.tensor([c[0] for c in batch[0].candidates])
+        return last @ head.weight[label_ids].T
+    sequences, spans = [], []
+    for example in batch:
+        for candidate in example.candidates:
+            start = len(example.prompt)
+            sequences.append(example.prompt + candidate)
+            spans.append((start, len(candidate)))
+    ids, mask = _pad(sequences, pad_id)
+    hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+    scores = torch.empty(len(sequences), dtype=hidden.dtype)
+    for row, (start, length) in enumerate(spans):
+        targets = ids[row, start : start + length]
+        log_probs = F.log_softmax(head(hidden[row, start - 1 : start - 1 + length]), dim=-1)
+        scores[row] = log_probs.gather(1, targets[:, None]).mean()
+    return scores.view(len(batch), -1)
+
+
+def batch_loss(model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int) -> torch.Tensor:
+    """The differentiable mean cross-entropy that first-order methods backpropagate through."""
+    labels = torch.tensor([e.label for e in batch])
+    return F.cross_entropy(candidate_scores(model, batch, pad_id), labels)
+
+
+def loss_and_correct(
+    model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
+) -> tuple[float, int]:
+    """Mean cross-entropy over the batch and the number of correct predictions."""
+    with torch.inference_mode():
+        scores = candidate_scores(model, batch, pad_id).double()
+    labels = torch.tensor([e.label for e in batch])
+    loss = F.cross_entropy(scores, labels).item()
+    correct = int((scores.argmax(dim=1) == labels).sum())
+    return loss, correct
+
+
+def majority_rate(examples: Sequence[TokenizedExample]) -> float:
+    """Accuracy of always answering the most common label: a model must beat this, not only
+    its untrained self, before it can be said to have learned the task (an untrained model can
+    sit below it, and training can reach it by learning nothing but the label balance)."""
+    if not examples:
+        raise ValueError("cannot take the majority label of an empty example set")
+    return max(Counter(e.label for e in examples).values()) / len(examples)
+
+
+def accuracy(
+    model: nn.Module, examples: Sequence[TokenizedExample], pad_id: int, batch_size: int = 32
+) -> float:
+    """Accuracy over ``examples``, batched by length so padding stays small."""
+    if not examples:
+        raise ValueError("cannot measure accuracy on an empty example set")
+    ordered = sorted(examples, key=lambda e: len(e.prompt))
+    correct = sum(
+        loss_and_correct(model, ordered[i : i + batch_size], pad_id)[1]
+        for i in range(0, len(ordered), batch_size)
+    )
+    return correct / len(examples)

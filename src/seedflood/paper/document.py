@@ -1,0 +1,406 @@
+"""docs/results.md: one section per claim of the two papers, regenerated from results files.
+
+A reader's first question is whether the papers' results reproduce, and a hand-written answer goes
+stale the moment a run finishes. So every number here is read from a committed results file at
+generation time, with that file's path beside it; a claim whose runs are absent says "not yet
+run" with the command that produces them instead of showing an old number. Nothing depends on the
+clock or the order files were written, so regenerating from the same files gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from seedflood.files import atomic_write_text
+from seedflood.paper.bench import (
+    apply_cost_section,
+    bytes_section,
+    link,
+    pct,
+    pipeline_section,
+    rel,
+)
+from seedflood.paper.clients import client_table
+from seedflood.paper.grids import not_yet_run, unfinished
+from seedflood.paper.tuning import tuning_section, untuned_methods
+from seedflood.paper.verdicts import (
+    LEARNED,
+    learned,
+    main_verdict,
+    paired_deltas,
+    scaling_verdict,
+    subcge_verdict,
+)
+from seedflood.report import (
+    Run,
+    find_runs,
+    format_bytes,
+    mean_std,
+    percent_spread,
+    plot_scaling,
+    plot_series_log2,
+    present_runs,
+    summarize,
+)
+
+MAIN_TASKS = ("sst2", "boolq", "rte")
+# The SeedFlood paper's numbers (notes in /work/shared/papers/seedflood.md, sections 9.1-9.5).
+PAPER = {  # method → (accuracy as % of DSGD, total bytes per edge)
+    "dsgd": ("100%", "526 GB"),
+    "choco": ("not found", "15.79 GB"),
+    "dsgd-lora": ("not found", "629.1 MB"),
+    "choco-lora": ("about 91%", "18.8 MB"),
+    "seedflood": ("94–96%", "400 KB"),
+    "dzsgd": ("below SeedFlood (−6.46%)", "not found"),
+    "dzsgd-lora": ("below SeedFlood (−8.25%)", "not found"),
+}
+SETTING_KEYS = (
+    "model", "task", "clients", "topology", "rounds", "local_steps", "batch_size", "lr", "eps",
+    "direction", "rank", "refresh", "hops", "n_train", "n_test",
+)  # fmt: skip
+HOPS_TOLERANCE = 0.02  # two points: about one standard error of 500 test examples at 70%
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = [f"| {' | '.join(header)} |", "|---" * len(header) + "|"]
+    return [*lines, *(f"| {' | '.join(str(v) for v in row)} |" for row in rows), ""]
+
+
+def _source_line(groups: dict[Any, list[Run]], root: Path) -> list[str]:
+    members = sorted(rel(m.directory / "results.json", root) for g in groups.values() for m in g)
+    return ["Sources: " + ", ".join(f"`{s}`" for s in members), ""]
+
+
+def _value(value: Any) -> str:
+    return "diameter" if value is None else str(value)
+
+
+def _natural(value: str) -> tuple[int, str]:
+    return len(value), value
+
+
+def _setting(runs: list[Run], root: Path) -> list[str]:
+    """The stored configs' values: shared ones in a sentence, the rest per run label."""
+    configs = sorted((r.results["config"] for r in runs), key=lambda c: c.get("label", ""))
+    varying = [k for k in SETTING_KEYS if len({_value(c.get(k)) for c in configs}) > 1]
+    shared = [f"{k} {_value(configs[0].get(k))}" for k in SETTING_KEYS if k not in varying]
+    seeds = sorted({c["seed"] for c in configs})
+    lines = [f"Setting (the runs' stored configs): {', '.join(shared)}; seeds {seeds}.", ""]
+    by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for config in configs:
+        by_label[config.get("label", "")].append(config)
+    if varying:
+        lines += _table(
+            ["run", *varying],
+            [
+                [label]
+                + ["/".join(sorted({_value(c.get(k)) for c in cs}, key=_natural)) for k in varying]
+                for label, cs in sorted(by_label.items())
+            ],
+        )
+    notes = sorted({portable_note(n) for r in runs for n in r.results.get("data_notes", [])})
+    lines += [f"Data note: {note}" for note in notes] + ([""] if notes else [])
+    return lines + device_note(runs)
+
+
+def portable_note(note: str) -> str:
+    """A data note with its data directory as the variable that sets it: machines that read the
+    same files from different places (a GPU machine's copy) then give one note, not two."""
+    return re.sub(
+        r"from \S+?/((?:superglue/\w+|sst2)/[\w.]+\.jsonl)", r"from $SEEDFLOOD_DATA_DIR/\1", note
+    )
+
+
+def device_note(runs: list[Run]) -> list[str]:
+    """Which runs computed off the CPU ($SEEDFLOOD_DEVICE): the same experiment to rounding, but
+    their wall times are another machine's."""
+    elsewhere: dict[str, Counter[str]] = defaultdict(Counter)
+    for run in runs:
+        device = run.results.get("device", "cpu")
+        if device != "cpu":
+            elsewhere[device][run.results["config"]["task"]] += 1
+    if not elsewhere:
+        return []
+    parts = [
+        f"{sum(counts.values())} on {device} ("
+        + ", ".join(f"{task} {n}" for task, n in sorted(counts.items()))
+        + ")"
+        for device, counts in sorted(elsewhere.items())
+    ]
+    return [
+        f"Device: every run on the CPU but {'; '.join(parts)}. A GPU run draws the same batches, "
+        "directions and adapters (seedflood.sim.devices) and differs only in rounding, though "
+        "rounding can move a full-parameter ChocoSGD run by points (docs/performance.md); its "
+        "wall time is the GPU's.",
+        "",
+    ]
+
+
+def _groups(runs: list[Run]) -> dict[tuple[str, str, str, int], list[Run]]:
+    groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[run.group].append(run)
+    return groups
+
+
+def _sources(members: list[Run], root: Path) -> str:
+    return "<br>".join(f"`{rel(m.directory / 'results.json', root)}`" for m in members)
+
+
+def _main_section(root: Path, out: Path) -> list[str]:
+    lines = ["## 1. Main table: every method × task × topology", ""]
+    results = root / "results"
+    directories = [d for d in sorted(results.glob("paper-main-*")) if present_runs(d)]
+    missing = [t for t in MAIN_TASKS if results / f"paper-main-{t}" not in directories]
+    fallback = not directories
+    if fallback:
+        directories = [d for d in [results / "compare-sst2-ring16"] if present_runs(d)]
+        lines += [
+            "**The paper-main grids have not run yet.** Shown instead: the earlier single-setting "
+            "comparison `results/compare-sst2-ring16` (SST-2, 16-client ring, one seed; "
+            "configs/paper/compare-sst2-ring16.yaml), not the main grid.",
+            "",
+        ]
+    if not directories:
+        return [
+            *lines,
+            *not_yet_run("main-sst2.yaml", "results/paper-main-sst2"),
+            *tuning_section(root, []),
+        ]
+    runs = [run for d in directories for run in find_runs([d])]
+    rows, groups = summarize(runs), _groups(runs)
+    dsgd = {
+        (r["task"], r["topology"], r["clients"]): r["accuracy"]
+        for r in rows
+        if r["method"] == "dsgd"
+    }
+    lines += _setting(runs, root)
+    lines += tuning_section(root, [] if fallback else runs)
+    lines += [
+        "Accuracy: test accuracy of the average model (the paper's GMP), mean ± std over seeds "
+        "(the value alone for one seed); "
+        "clients' own: mean test accuracy of the evaluated clients' own models, since no client "
+        "of a gossip run holds the average; to beat: the better of the untrained model and "
+        "always answering the test set's most common label, which a method must pass by "
+        f"{100 * LEARNED:.0f} points to count as learning; bytes: the busiest edge's total, both "
+        "directions; paper columns: its OPT-1.3B numbers.",
+        "",
+        "| method | task | topology | clients | seeds | steps | accuracy (%) | clients' own (%) "
+        "| to beat (%) | % of DSGD | paper: % of DSGD | bytes per edge | paper: bytes per edge "
+        "| source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        key = (r["method"], r["task"], r["topology"], r["clients"])
+        reference = dsgd.get(key[1:])
+        relative = f"{pct(r['accuracy'] / reference)}%" if reference else "–"
+        paper_relative, paper_bytes = PAPER.get(r["method"], ("not found", "not found"))
+        lines.append(
+            f"| {r['method']} | {r['task']} | {r['topology']} | {r['clients']} | {r['seeds']} "
+            f"| {r['steps']} | {percent_spread(r['accuracy'], r['accuracy_std'], r['seeds'])} "
+            f"| {pct(fmean(m.results['client_accuracy_mean'] for m in groups[key]))} "
+            f"| {pct(r['floor'])} | {relative} "
+            f"| {paper_relative} | {format_bytes(r['bytes_per_edge'])} "
+            f"| {paper_bytes} | {_sources(groups[key], root)} |"
+        )
+    lines.append("")
+    for directory in directories:
+        if (directory / "accuracy_vs_bytes.png").is_file():
+            target = link(directory / "accuracy_vs_bytes.png", out)
+            lines += [f"![accuracy vs bytes, {directory.name}]({target})", ""]
+    gaps = [
+        line
+        for directory in ([] if fallback else directories)
+        for line in unfinished(
+            root, f"{directory.name.removeprefix('paper-')}.yaml", f"results/{directory.name}"
+        )
+    ]
+    # The grids' own runs when their files are here; the seed count stands in without them.
+    complete = not missing and not gaps and all(r["seeds"] >= 3 for r in rows)
+    untuned = set() if fallback else untuned_methods(root, runs)
+    lines += [main_verdict(rows, complete, fallback, untuned), "", *gaps]
+    for task in missing:
+        lines += [f"Not yet run for {task}:", ""]
+        lines += not_yet_run(f"main-{task}.yaml", f"results/paper-main-{task}")[2:]
+    return lines + bytes_section(root)
+
+
+def _scaling_section(root: Path, out: Path) -> list[str]:
+    lines = ["## 2. Scaling: 16 to 128 clients, normalised to DSGD@16", ""]
+    runs = present_runs(root / "results" / "paper-scaling")
+    if not runs:
+        return lines + not_yet_run("scaling-sst2.yaml", "results/paper-scaling")
+    rows, groups = summarize(runs), _groups(runs)
+    dsgd = [r for r in rows if r["method"] == "dsgd"]
+    lines += _setting(runs, root)
+    if not dsgd:
+        return [*lines, "**Verdict: not yet run.** No DSGD run to normalise to.", ""]
+    reference = min(dsgd, key=lambda r: r["clients"])
+    sizes = sorted({r["clients"] for r in rows})
+    lines += [
+        f"Accuracy as % of DSGD at {reference['clients']} clients "
+        f"({pct(reference['accuracy'])}%); paper: SeedFlood 100.2% at 128 on a ring (OPT-125M).",
+        "",
+        f"| method | {' | '.join(str(n) for n in sizes)} |",
+        "|---" * (len(sizes) + 1) + "|",
+    ]
+    normalised: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        normalised[r["method"]][r["clients"]] = r["accuracy"] / reference["accuracy"]
+    for method, by_size in sorted(normalised.items()):
+        values = [f"{pct(by_size[n])}%" if n in by_size else "–" for n in sizes]
+        lines.append(f"| {method} | {' | '.join(values)} |")
+    lines += client_table(runs, sizes)
+    image = out.parent / "img" / "results_scaling.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    if plot_scaling(rows, image):
+        lines += ["", f"![accuracy normalised to DSGD@16]({link(image, out)})"]
+    sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
+    lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
+    rounds = {r.results["method"]: r.results["rounds"] for r in runs}
+    lines.append(scaling_verdict(normalised, rounds, unlearned(runs)))
+    return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
+
+
+def unlearned(runs: list[Run]) -> list[str]:
+    """Methods whose every run ended less than LEARNED above its floor (``Run.floor``)."""
+    learned_by_method: dict[str, list[bool]] = defaultdict(list)
+    for run in runs:
+        if run.results.get("zero_shot_accuracy") is not None:
+            learned_by_method[run.results["method"]].append(
+                learned(run.results["accuracy"], run.floor)
+            )
+    return sorted(m for m, flags in learned_by_method.items() if not any(flags))
+
+
+def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:
+    groups: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[tuple(run.results["config"].get(k) for k in keys)].append(run)
+    return groups
+
+
+def _period(refresh: int, steps: int) -> str:
+    return f"T = {refresh}" + (" (never)" if refresh >= steps else "")
+
+
+def _subcge_section(root: Path, out: Path) -> list[str]:
+    lines = ["## 3. SubCGE rank × refresh period", ""]
+    runs = present_runs(root / "results" / "paper-subcge")
+    if not runs:
+        return lines + not_yet_run("subcge-ablation.yaml", "results/paper-subcge")
+    groups = _by_config(runs, "rank", "refresh")
+    accuracy = {key: mean_std([m.results["accuracy"] for m in g]) for key, g in groups.items()}
+    cells = {key: percent_spread(*accuracy[key], len(g)) for key, g in groups.items()}
+    ranks, refreshes = sorted({k[0] for k in groups}), sorted({k[1] for k in groups})
+    steps = runs[0].results["steps"]
+    lines += _setting(runs, root)
+    lines += [
+        "Test accuracy (%), mean ± std where a cell has several seeds; refresh in steps of a "
+        f"{steps}-step run (the paper's T = 100, 1,000, 5,000 of 5,000 steps). Paper: rank < 32 "
+        "or short T hurts; rank ≥ 32 with T ≈ 1,000–5,000 is best.",
+        "",
+        f"| rank | {' | '.join(_period(t, steps) for t in refreshes)} |",
+        "|---" * (len(refreshes) + 1) + "|",
+    ]
+    for rank in ranks:
+        values = [cells.get((rank, t), "–") for t in refreshes]
+        lines.append(f"| {rank} | {' | '.join(values)} |")
+    image = out.parent / "img" / "results_subcge.png"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for (rank, refresh), (mean, _) in accuracy.items():
+        series[_period(refresh, steps)][rank] = 100 * mean
+    plot_series_log2(series, image, "SubCGE rank r", "test accuracy (%)")
+    lines += ["", f"![accuracy by rank and refresh period]({link(image, out)})"]
+    sources = sorted(rel(m.directory / "results.json", root) for g in groups.values() for m in g)
+    lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
+    lines.append(subcge_verdict({key: mean for key, (mean, _) in accuracy.items()}))
+    return [*lines, "", *unfinished(root, "subcge-ablation.yaml", "results/paper-subcge")]
+
+
+def _hops_section(root: Path) -> list[str]:
+    lines = ["## 4. Flooding hops per round on a 64-client ring", ""]
+    runs = present_runs(root / "results" / "paper-hops")
+    if not runs:
+        return lines + not_yet_run("hops-ring64.yaml", "results/paper-hops")
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        full = run.results["config"].get("hops") in (None, run.results["diameter"])
+        groups["diameter" if full else str(run.results["config"]["hops"])].append(run)
+    accuracy = {k: mean_std([m.results["accuracy"] for m in g])[0] for k, g in groups.items()}
+    lines += _setting(runs, root)
+    reference = accuracy.get("diameter")
+    delta = paired_deltas(
+        {
+            k: {m.results["config"]["seed"]: m.results["accuracy"] for m in g}
+            for k, g in groups.items()
+        },
+        "diameter",
+    )
+    lines += [
+        f"Diameter {runs[0].results['diameter']}. Paper: k = 4–8 lose nothing, k = 1–2 hurt.",
+        "",
+        "| k | seeds | accuracy (%) | vs diameter, same seeds (points) | bytes per edge | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    planned = ["1", "2", "4", "8", "diameter"]
+    for k in planned:
+        if k not in groups:
+            lines.append(f"| {k} | 0 | not yet run | – | – | – |")
+            continue
+        shown = f"{100 * delta[k]:+.1f}" if k in delta else "–"
+        bytes_ = sum(m.results["bytes_per_edge_max"] for m in groups[k]) / len(groups[k])
+        lines.append(
+            f"| {k} | {len(groups[k])} | {pct(accuracy[k])} | {shown} | {format_bytes(bytes_)} "
+            f"| {_sources(groups[k], root)} |"
+        )
+    missing = [k for k in planned if k not in groups]
+    lines.append("")
+    if reference is None:
+        lines.append(
+            f"**Verdict: not yet run**: k = {', '.join(missing)} have no results yet and every "
+            "claim is against k = diameter. Finish with `seedflood compare "
+            "configs/paper/hops-ring64.yaml --out results/paper-hops` (it skips finished runs)."
+        )
+        return [*lines, ""]
+    fine = [k for k in ("4", "8") if k in delta and delta[k] >= -HOPS_TOLERANCE]
+    hurt = [k for k in ("1", "2") if k in delta and delta[k] < -HOPS_TOLERANCE]
+    ran = [k for k in ("1", "2", "4", "8") if k in delta]
+    verdict = "reproduced" if len(fine) + len(hurt) == len(ran) == 4 else "partly"
+    verdict = "not" if not fine and not hurt else verdict
+    lines.append(
+        f"**Verdict: {verdict}** (within {100 * HOPS_TOLERANCE:.0f} points counts as no loss): "
+        f"no loss at k = {', '.join(fine) or 'none'}; loss at k = {', '.join(hurt) or 'none'}"
+        + (f"; not yet run: k = {', '.join(missing)}." if missing else ".")
+    )
+    return [*lines, "", *unfinished(root, "hops-ring64.yaml", "results/paper-hops")]
+
+
+def write_paper_results(root: Path, out: Path) -> Path:
+    """Write ``out`` (docs/results.md) and its plots from the results files under ``root``."""
+    root, out = Path(root).resolve(), Path(out)
+    out = out if out.is_absolute() else root / out
+    lines = [
+        "# Reproducing the papers at this machine's scale",
+        "",
+        "Generated by `seedflood report --paper` from the results files named in each section; "
+        "edit the generator (src/seedflood/paper/document.py), not this file. Paper numbers come "
+        "from the notes on the SeedFlood and GWTF papers (OPT models on GPUs); ours from "
+        "SmolLM2-135M "
+        "on a 2-core CPU (a section's Device line names runs made on a GPU), scaled down as "
+        "each configs/paper/*.yaml header states.",
+        "",
+        *_main_section(root, out),
+        *_scaling_section(root, out),
+        *_subcge_section(root, out),
+        *_hops_section(root),
+        *apply_cost_section(root, out),
+        *pipeline_section(root, out),
+    ]
+    atomic_write_text(out, "\n".join(lines).rstrip("\n") + "\n")
+    return out

@@ -1,0 +1,205 @@
+"""`seedflood launch`: N real peers as local processes, the way users try a run on one machine.
+
+Each peer is a `seedflood peer` process in its own session (its DHT process and p2pd daemon go
+down with it when it is killed), with its state and results under ``OUT/peers/<k>/``. Peer 0
+starts first and the others bootstrap from the address it writes. When all have finished, their
+results are merged into ``OUT/results.json``, which `seedflood report` reads like a simulated
+run's: traffic per edge is the sum of what each peer counted on its sending side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from seedflood.files import atomic_write_json, atomic_write_jsonl, read_jsonl
+from seedflood.protocol.traffic import EdgeTraffic, edge_summary
+
+
+class LaunchError(RuntimeError):
+    """A peer process that did not start or did not finish."""
+
+
+def peer_command(
+    config_file: Path,
+    *,
+    run_id: str,
+    directory: Path,
+    overrides: Sequence[str] = (),
+    initial_peers: Sequence[str] = (),
+    pace: float = 0.0,
+    evaluate: bool = True,
+) -> list[str]:
+    command = [sys.executable, "-m", "seedflood", "peer", str(config_file), "--run-id", run_id]
+    command += ["--state-dir", str(directory / "state"), "--out", str(directory)]
+    for override in overrides:
+        command += ["--set", override]
+    for address in initial_peers:
+        command += ["--initial-peers", address]
+    if pace:
+        command += ["--pace", str(pace)]
+    if not evaluate:
+        command.append("--no-evaluate")
+    return command
+
+
+def peer_threads(peers: int) -> int:
+    """Compute threads per peer when ``peers`` share this machine: oversubscribed OpenMP threads
+    spin against each other (4 peers of SmolLM2 on 2 cores ran 7x slower with 2 threads each)."""
+    return max(1, (os.cpu_count() or 1) // peers)
+
+
+def start_peer(
+    command: list[str], directory: Path, threads: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a peer in a new session, its output appended to ``directory/peer.log``; ``threads``
+    caps its compute threads, so peers sharing a machine do not fight over the cores."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    with (directory / "peer.log").open("ab") as log:
+        return subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+
+def wait_for_address(directory: Path, process: subprocess.Popen[bytes], timeout: float) -> str:
+    """The first multiaddr a starting peer writes into its state dir."""
+    path = directory / "state" / "address"
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise LaunchError(
+                f"peer in {directory} wrote no address (exit code {process.poll()}); "
+                f"see {directory / 'peer.log'}"
+            )
+        time.sleep(0.2)
+    return path.read_text().split()[0]
+
+
+def read_status(directory: Path) -> dict[str, Any]:
+    path = directory / "status.json"
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def rejected_total(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    """Batches the peers refused, by reason, summed: one forged batch pushed to three peers
+    counts three times, once per door it was stopped at."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for reason, n in count.items():
+            total[reason] = total.get(reason, 0) + n
+    return dict(sorted(total.items()))
+
+
+def merge_results(out_dir: Path, directories: Sequence[Path]) -> dict[str, Any]:
+    """One run's results from its peers' results: the evaluating peer's figures, every peer's
+    state hash, the traffic of all edges, and the batches every door refused."""
+    peers = []
+    for directory in directories:
+        path = directory / "results.json"
+        if not path.is_file():
+            raise LaunchError(f"no results from the peer in {directory}; see its peer.log")
+        peers.append((directory, json.loads(path.read_text())))
+    evaluated = [(d, r) for d, r in peers if "accuracy" in r]
+    lead_dir, lead = evaluated[0] if evaluated else peers[0]
+    edges: dict[tuple[int, int], EdgeTraffic] = {}
+    for _, result in peers:
+        for sender, receiver, size, messages, packets, header in result["edges"]:
+            edge = edges.setdefault((sender, receiver), EdgeTraffic())
+            edge.bytes += size
+            edge.messages += messages
+            edge.packets += packets
+            edge.header_bytes += header
+    hashes = {r["state_hash"] for _, r in peers}
+    merged = {
+        **{k: v for k, v in lead.items() if k not in {"kind", "client", "peer_id", "edges"}},
+        "kind": "run",
+        "peers": [
+            {
+                "client": r["client"],
+                "state_hash": r["state_hash"],
+                "committed_step": r["committed_step"],
+                "replayed": r["replayed"],
+                "divergences": len(r["divergences"]),
+                "rejected": r.get("rejected", {}),
+                "banned": sorted(r.get("banned", {})),
+            }
+            for _, r in sorted(peers, key=lambda p: p[1]["client"])
+        ],
+        "consensus": len(hashes) == 1,
+        **edge_summary(edges),
+        "repair_bytes": sum(r["repair_bytes_sent"] for _, r in peers),
+        "signature_bytes": sum(r.get("signature_bytes_sent", 0) for _, r in peers),
+        "rejected": rejected_total([r.get("rejected", {}) for _, r in peers]),
+        "wall_seconds": max(r["wall_seconds"] for _, r in peers),
+    }
+    atomic_write_json(out_dir / "results.json", merged)
+    history = lead_dir / "history.jsonl"
+    atomic_write_jsonl(out_dir / "history.jsonl", read_jsonl(history) if history.is_file() else [])
+    return merged
+
+
+def launch(
+    config_file: Path,
+    *,
+    peers: int,
+    out_dir: Path,
+    run_id: str,
+    overrides: Sequence[str] = (),
+    pace: float = 0.0,
+    show: Callable[[list[dict[str, Any]]], None] | None = None,
+    timeout: float = 24 * 3600.0,
+) -> dict[str, Any]:
+    """Run ``peers`` peers to the end and merge their results; peer 0 evaluates the model."""
+    if peers < 1:
+        raise LaunchError(f"--peers must be at least 1; got {peers}")
+    directories = [out_dir / "peers" / str(k) for k in range(peers)]
+
+    def command(k: int, initial: Sequence[str]) -> list[str]:
+        return peer_command(
+            config_file,
+            run_id=run_id,
+            directory=directories[k],
+            overrides=overrides,
+            initial_peers=initial,
+            pace=pace,
+            evaluate=k == 0,
+        )
+
+    threads = peer_threads(peers)
+    first = start_peer(command(0, []), directories[0], threads)
+    processes = [first]
+    try:
+        address = wait_for_address(directories[0], first, timeout=300)
+        processes += [
+            start_peer(command(k, [address]), directories[k], threads) for k in range(1, peers)
+        ]
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in processes):
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the peers did not finish within {timeout:g} s")
+            if show:
+                show([read_status(d) for d in directories])
+            time.sleep(0.5)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    failed = [k for k, p in enumerate(processes) if p.returncode != 0]
+    if failed:
+        raise LaunchError(
+            f"peer(s) {failed} exited with an error; see "
+            + ", ".join(str(directories[k] / "peer.log") for k in failed)
+        )
+    return merge_results(out_dir, directories)

@@ -1,0 +1,389 @@
+"""`seedflood peer`: one SeedFlood client in its own process, talking to the others over hivemind.
+
+The process finds the run in hivemind's DHT, takes its client index (one of the run's first
+``clients`` peers, a peer restarting from its state dir, or a joiner admitted by a sponsor),
+catches up by fetching what it lacks from a live member, and trains: every round it waits until
+the staleness rule lets it step, makes its messages and pushes them to its neighbours, who push
+them on. All decisions about the model are `PeerState`'s; this module adds the network, the
+clocks and the files.
+
+Nothing waits forever. Waiting for a step, the peer pulls what its neighbours hold after a few
+typical round times (a lost push, or a neighbour that restarted), and once a missing member has
+also vanished from the DHT for a while, the sponsor (the live member with the lowest index)
+declares it gone and floods the declaration. Neighbours are the run's topology laid over the
+live members in index order, recomputed as members come and go, so the graph stays connected.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedflood import __version__
+from seedflood.config import RunConfig
+from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from seedflood.learning.accuracy_cache import cached_accuracy
+from seedflood.learning.scoring import accuracy, majority_rate
+from seedflood.peers.batch_exchange import Exchange
+from seedflood.peers.crypto import Context, load_or_create_key, public_hex
+from seedflood.peers.inbox import BatchStore, Door
+from seedflood.peers.membership import MembershipError, check_run_id
+from seedflood.peers.p2p import FLOOD_PROTOCOL, JOIN_PROTOCOL, SYNC_PROTOCOL, EventLoopThread
+from seedflood.peers.seats import PeerError, Say, Seating
+from seedflood.peers.state import PeerState
+from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.traffic import EdgeTraffic, edge_summary
+
+__all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
+
+
+@dataclass
+class PeerOptions:
+    """How one peer process runs; the training itself is the run's config."""
+
+    run_id: str
+    state_dir: Path
+    out_dir: Path
+    initial_peers: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 0
+    ttl: float = 6.0
+    pace: float = 0.0
+    evaluate: bool = True
+    start_timeout: float = 120.0
+    linger: float = 60.0
+
+
+class RoundClock:
+    """Typical round time, for timeouts that follow the run's real pace."""
+
+    def __init__(self, floor: float) -> None:
+        self.floor = floor
+        self.durations: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.durations = [*self.durations[-19:], seconds]
+
+    def typical(self) -> float:
+        return max(self.floor, statistics.median(self.durations) if self.durations else 0.0)
+
+
+class Node(Seating, Exchange):
+    """One peer process: the state, the link, the membership, and the loops that drive them."""
+
+    def __init__(self, config: RunConfig, options: PeerOptions, say: Say) -> None:
+        self.config, self.options, self.say = config, options, say
+        self.local_steps = config.steps_per_round
+        self.cond = threading.Condition()
+        self.edges: dict[tuple[int, int], EdgeTraffic] = {}
+        self.neighbors: dict[int, str] = {}
+        self.live_ids: set[str] = set()
+        self.clock = RoundClock(floor=0.2)
+        self.history: list[dict[str, Any]] = []
+        self.stopping = threading.Event()
+        self.done = False
+        self.signature_bytes = 0
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        import hivemind
+
+        from seedflood.sim.runner import build
+
+        options = self.options
+        options.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (options.state_dir / "lock").open("w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
+        self.signing_key = load_or_create_key(options.state_dir)
+        self.public_key = public_hex(self.signing_key)
+        torch.manual_seed(self.config.seed)
+        self.experiment = build(self.config)
+        self.dht = self._start_dht(hivemind)
+        addresses = [str(a) for a in self.dht.get_visible_maddrs()]
+        atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
+        self.say(f"peer {self.dht.peer_id.to_base58()} listening on {' '.join(addresses)}")
+        self.runner = EventLoopThread()
+        p2p = self.runner.run(self.dht.replicate_p2p())
+        handlers = {FLOOD_PROTOCOL: self._on_flood, SYNC_PROTOCOL: self._on_sync}
+        handlers[JOIN_PROTOCOL] = self._on_join
+        self.link = self._link(p2p, handlers)
+        self.index = -1
+        self._renewer = threading.Thread(target=self._renew, daemon=True)
+        me, members, joined = self._seat()
+        self.index = me
+        algorithm = self.experiment.algorithm
+        self.state = PeerState(
+            me=me,
+            members=members,
+            model=algorithm.model,
+            direction=algorithm.direction,
+            shard=algorithm.shards[me % algorithm.n],
+            pad_id=algorithm.pad_id,
+            state_dir=options.state_dir,
+            clients=self.config.clients,
+            lr=self.config.lr,
+            eps=self.config.eps,
+            batch_size=self.config.batch_size,
+            local_steps=self.local_steps,
+            staleness=self.config.staleness,
+            scalar_format=self.config.scalar_format,
+            run_seed=self.config.seed,
+            hash_every=self.config.hash_every,
+            snapshot_every=self.config.snapshot_every,
+            on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
+            clip=ScalarClip.from_config(self.config),
+        )
+        atomic_write_json(
+            options.state_dir / "peer.json",
+            {"run_id": options.run_id, "index": me, "joined": joined},
+        )
+        seats = self.state.members.seats
+        initial = [seats[i].peer_id for i in range(self.config.clients)]
+        self.context = Context.of(options.run_id, initial)
+        self.door = Door(self.context, self.local_steps, say=self.say)
+        self.store = BatchStore(options.state_dir / "batches.jsonl")
+        for batch in self.store.load():  # what was held before a crash, with its signatures
+            self.door.batches[(batch.origin, batch.round)] = batch
+            self.state.receive(batch.messages, batch.controls)
+        if self.state.members.seats[me].gone_from is not None:
+            raise PeerError(
+                f"client {me} was declared gone from step {self.state.members.seats[me].gone_from}"
+                "; start it with a new state dir to join the run again"
+            )
+        self.link.start()
+        if self.state.replayed:
+            self.say(f"client {me}: replayed {self.state.replayed} logged messages")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _wait(self, ready: Callable[[], bool], what: str) -> None:
+        """Commit what arrives until ``ready``; pull after a few round times without progress,
+        and have a vanished member declared gone after longer. Each commit may settle batches
+        that waited at the door for their origin's admission."""
+        since = last_pull = last_note = time.monotonic()
+        while True:
+            with self.cond:
+                if self.state.commit():
+                    since = last_pull = time.monotonic()
+                settled = self._settled() if self.door.waiting else []
+                targets, finished = dict(self.neighbors), ready()
+                if not finished and not settled:
+                    self.cond.wait(0.05)
+            if settled:
+                self._push(targets, settled, [])
+            if finished:
+                return
+            now, typical = time.monotonic(), self.clock.typical()
+            if now - last_pull > 3 * typical:
+                self._pull(self._others())
+                last_pull = time.monotonic()
+            if now - since > max(10 * typical, 3 * self.options.ttl):
+                self._declare_vanished()
+            if now - last_note > 30:
+                with self.cond:
+                    missing = self.state.missing()
+                self.say(
+                    f"waiting for {what}: step {self.state.committed_step + 1} lacks {missing}"
+                )
+                last_note = now
+
+    def _declare_vanished(self) -> None:
+        """The sponsor declares missing members that left the DHT gone, after pulling once more
+        so that the declaration does not cut off a message someone still holds."""
+        with self.cond:
+            seats, live = self.state.members.seats, self.live_ids
+            vanished = [i for i in self.state.missing() if seats[i].peer_id not in live]
+            present = [
+                i
+                for i, seat in seats.items()
+                if seat.gone_from is None and (seat.peer_id in live or i == self.state.me)
+            ]
+        if not vanished or min(present) != self.state.me:
+            return
+        self._pull(self._others())
+        with self.cond:
+            gone = []
+            for index in vanished:
+                step = self.state.last_step_of(index) + 1
+                if self.state.depart(index, step):
+                    gone.append((index, step))
+                    self.say(f"declared client {index} gone from step {step}")
+            self._rewire()
+            targets = dict(self.neighbors)
+        if gone:
+            self._push(targets, [], gone)
+
+    def run(self, progress: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        state, config = self.state, self.config
+        report = progress or (lambda _round, _record: None)
+        if (self.options.out_dir / "history.jsonl").is_file():
+            self.history = read_jsonl(self.options.out_dir / "history.jsonl")
+        last_step = config.rounds * self.local_steps - 1
+        with self.cond:
+            self.live_ids = {m.peer_id for m in self.membership.members()}
+            self._rewire()
+        self._pull(self._others())
+        self._wait(lambda: True, "the catch-up")
+        if self.options.evaluate:
+            self.zero_shot = cached_accuracy(
+                self.state.model,
+                self.experiment.test,
+                self.experiment.pad_id,
+                self.config.eval_batch_size,
+            )
+            self.say(f"zero-shot test accuracy {self.zero_shot:.4f}")
+        train_seconds = 0.0
+        next_round = max(
+            state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
+        )
+        round_started = time.monotonic()
+        while next_round < config.rounds:
+            self._wait(lambda r=next_round: state.ready_for(r), f"round {next_round}")
+            messages, losses = state.originate(next_round, guard=self.cond)
+            with self.cond:
+                self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
+                targets = dict(self.neighbors)
+                batch = self._sign_own(next_round, messages)
+            self._push(targets, [batch], [])
+            done = next_round + 1
+            record = {"round": done, "train_loss": sum(losses) / len(losses)}
+            if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):
+                self._wait(lambda d=done: state.committed_step >= d * self.local_steps - 1, "eval")
+                train_seconds += time.monotonic() - round_started
+                record["accuracy"] = self._accuracy(self.experiment.val)
+                round_started = time.monotonic()
+                self.history.append({**record, "train_seconds": train_seconds})
+                atomic_write_jsonl(self.options.out_dir / "history.jsonl", self.history)
+            record["committed_step"] = state.committed_step
+            record["wall_seconds"] = time.perf_counter() - started
+            atomic_write_json(self.options.out_dir / "status.json", record)
+            report(done, record)
+            next_round = done
+            if self.options.pace:
+                time.sleep(max(0.0, self.options.pace - (time.monotonic() - round_started)))
+            self.clock.add(time.monotonic() - round_started)
+            train_seconds += time.monotonic() - round_started
+            round_started = time.monotonic()
+        self._wait(lambda: state.committed_step >= last_step, "the last step")
+        results = self._results(started, train_seconds)
+        self.done = True
+        self.membership.announce(self.index, True)
+        self._linger()
+        results.update(self._traffic())
+        atomic_write_json(self.options.out_dir / "results.json", results)
+        return results
+
+    def _linger(self) -> None:
+        """Keep serving until every live member has finished too: a neighbour that restarted or
+        joined late may still need this peer's messages."""
+        deadline = time.monotonic() + self.options.linger
+        while time.monotonic() < deadline:
+            with self.cond:
+                self.state.commit()
+            members = self.membership.members()
+            if all(m.done for m in members if m.index >= 0):
+                return
+            time.sleep(0.2)
+        self.say(f"stopped waiting for the other peers to finish after {self.options.linger:g} s")
+
+    def _traffic(self) -> dict[str, Any]:
+        with self.cond:
+            edges = {key: EdgeTraffic(**vars(edge)) for key, edge in self.edges.items()}
+        counters = self.link.counters
+        return {
+            **edge_summary(edges),
+            "edges": [
+                [s, r, e.bytes, e.messages, e.packets, e.header_bytes]
+                for (s, r), e in sorted(edges.items())
+            ],
+            "repair_bytes_sent": counters.sent.get(SYNC_PROTOCOL, 0),
+            "repair_bytes_received": counters.received.get(SYNC_PROTOCOL, 0),
+            "wire_bytes_sent": sum(counters.sent.values()),
+            "signature_bytes_sent": self.signature_bytes,
+            "link_faults": self.link.fault_counts(),
+        }
+
+    def _accuracy(self, examples: list) -> float:
+        config = self.config
+        return accuracy(self.state.model, examples, self.experiment.pad_id, config.eval_batch_size)
+
+    def _results(self, started: float, train_seconds: float) -> dict[str, Any]:
+        state, config, experiment = self.state, self.config, self.experiment
+        results: dict[str, Any] = {
+            "kind": "peer",
+            "method": config.name,
+            "version": __version__,
+            "run_id": self.options.run_id,
+            "client": state.me,
+            "peer_id": self.membership.me.peer_id,
+            "state_hash": state.state_hash(),
+            "committed_step": state.committed_step,
+            "clipped_messages": state.clip.clipped if state.clip is not None else 0,
+            "rounds": config.rounds,
+            "steps": config.rounds * self.local_steps,
+            "clients": config.clients,
+            "topology": config.topology,
+            "members": state.members.to_json(),
+            "divergences": state.divergences,
+            "replayed": state.replayed,
+            "rejected": dict(self.door.rejected),
+            "banned": dict(self.door.banned),
+            "messages_committed": len(state.committed),
+            "wall_seconds": time.perf_counter() - started,
+            "train_seconds": train_seconds,
+            "data_source": experiment.data_source,
+            "config": config.model_dump(),
+        }
+        if self.options.evaluate:
+            results["zero_shot_accuracy"] = self.zero_shot
+            results["majority_accuracy"] = majority_rate(experiment.test)
+            results["accuracy"] = self._accuracy(experiment.test)
+        results.update(self._traffic())
+        atomic_write_json(self.options.out_dir / "results.json", results)
+        return results
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if hasattr(self, "link"):
+            self.link.close()
+        if hasattr(self, "dht"):
+            self.dht.shutdown()
+        if hasattr(self, "runner"):
+            self.runner.stop()
+
+
+def run_peer(
+    config: RunConfig,
+    options: PeerOptions,
+    say: Say = print,
+    progress: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run one peer to the end of the run; its results.json lands in ``options.out_dir``."""
+    if config.method != "seedflood":
+        raise PeerError(f"real peers run method seedflood; the config asks for {config.method!r}")
+    try:
+        check_run_id(options.run_id)
+    except ValueError as error:
+        raise PeerError(str(error)) from None
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    node = Node(config, options, say)
+    try:
+        node.start()
+        return node.run(progress)
+    except MembershipError as error:
+        raise PeerError(str(error)) from None
+    finally:
+        node.stop()

@@ -1,0 +1,206 @@
+"""How a peer process takes its seat in a run and keeps its view of the others current.
+
+A peer starts its DHT node, then takes its client index: one of the run's first ``clients``
+peers, a peer restarting from its state dir, or a joiner admitted by a sponsor. Afterwards it
+renews its membership record and recomputes its neighbours as members come, go or are banned.
+Part of `seedflood.peers.node.Node`, split out to keep each file readable.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from seedflood.peers.membership import Membership
+from seedflood.peers.p2p import JOIN_PROTOCOL, Frame
+from seedflood.peers.state import Members, Seat
+from seedflood.topology import TopologyError, make_topology
+
+if TYPE_CHECKING:
+    from seedflood.config import RunConfig
+    from seedflood.peers.inbox import Door
+    from seedflood.peers.node import PeerOptions
+    from seedflood.peers.p2p import Link
+    from seedflood.peers.state import PeerState
+
+Say = Callable[[str], None]
+
+
+class PeerError(RuntimeError):
+    """What stops a peer, phrased for its operator."""
+
+
+class Seating:
+    """The membership half of `seedflood.peers.node.Node`."""
+
+    config: RunConfig
+    options: PeerOptions
+    say: Say
+    cond: threading.Condition
+    stopping: threading.Event
+    neighbors: dict[int, str]
+    live_ids: set[str]
+    link: Link
+    state: PeerState
+    door: Door
+    dht: Any
+    membership: Membership
+    index: int
+    done: bool
+    public_key: str
+    _renewer: threading.Thread
+
+    def _start_dht(self, hivemind: Any, attempts: int = 4) -> Any:
+        """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
+        on a loaded machine or a slow link: try again a few times before giving up."""
+        from hivemind.p2p import P2PDaemonError
+
+        options = self.options
+        attempt = 1
+        while True:
+            try:
+                return hivemind.DHT(
+                    initial_peers=options.initial_peers or None,
+                    host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
+                    identity_path=str(options.state_dir / "identity.key"),
+                    check_if_identity_free=False,
+                    start=True,
+                )
+            except P2PDaemonError as error:
+                if attempt == attempts:
+                    raise PeerError(
+                        f"could not join through {' '.join(options.initial_peers)} after "
+                        f"{attempts} attempts: {error}"
+                    ) from None
+                self.say(f"could not reach the bootstrap peers ({error}); retrying")
+                time.sleep(2.0 * attempt)
+                attempt += 1
+
+    def _seat(self) -> tuple[int, Members, float]:
+        """This peer's client index, the members it knows of, and its join time."""
+        saved = self.options.state_dir / "peer.json"
+        key = self.public_key
+        if saved.is_file():
+            record = json.loads(saved.read_text())
+            if record["run_id"] != self.options.run_id:
+                raise PeerError(
+                    f"state dir {self.options.state_dir} belongs to run {record['run_id']!r}, "
+                    f"not {self.options.run_id!r}"
+                )
+            self.membership = Membership(
+                self.dht, self.options.run_id, self.options.ttl, joined=record["joined"], key=key
+            )
+            self.index = record["index"]
+            self._renewer.start()
+            return record["index"], Members({}), record["joined"]
+        self.membership = Membership(self.dht, self.options.run_id, self.options.ttl, key=key)
+        self._renewer.start()
+        joined = self.membership.me.joined
+        initial = self.membership.initial(self.config.clients, self.options.start_timeout)
+        if self.membership.me.peer_id in initial:
+            me = initial.index(self.membership.me.peer_id)
+            self.index = me
+            self.membership.announce(me)
+            return me, Members.initial(initial, self._initial_keys(initial)), joined
+        return *self._join(), joined
+
+    def _initial_keys(self, initial: list[str]) -> list[str]:
+        """The initial members' public keys, from their membership records: every one of them
+        announced (with its key) before the initial list was drawn."""
+        deadline = time.monotonic() + self.options.start_timeout
+        while True:
+            keys = {m.peer_id: m.key for m in self.membership.members() if m.key}
+            if all(peer in keys for peer in initial) or time.monotonic() > deadline:
+                return [keys.get(peer, "") for peer in initial]
+            time.sleep(0.2)
+
+    def _join(self) -> tuple[int, Members]:
+        """Ask a live member to sponsor this peer; its admission (and public key) rides on the
+        sponsor's next signed batch, so every member learns it before the steps it concerns."""
+        deadline = time.monotonic() + self.options.start_timeout
+        me = self.membership.me
+        request = Frame({"peer": me.peer_id, "key": self.public_key}).encode()
+        while time.monotonic() < deadline:
+            for member in sorted(self.membership.members(), key=lambda m: m.index):
+                if member.index < 0 or member.peer_id == me.peer_id:
+                    continue
+                reply = self.link.request(member.peer_id, JOIN_PROTOCOL, request)
+                if reply is None:
+                    continue
+                header = Frame.decode(reply).header
+                self.say(
+                    f"admitted as client {header['index']} from step {header['first_step']} by "
+                    f"client {member.index}"
+                )
+                self.index = header["index"]
+                self.membership.announce(self.index)
+                return header["index"], Members.from_json(header["members"])
+            time.sleep(0.5)
+        raise PeerError(f"no member of run {self.options.run_id!r} admitted this peer in time")
+
+    def _renew(self) -> None:
+        """Keep this peer's record alive and follow who else is, and their keys."""
+        while not self.stopping.is_set():
+            try:
+                self.membership.announce(self.index, self.done)
+                records = self.membership.members()
+            except Exception as exc:  # the DHT process is going down with us
+                self.say(f"membership renewal failed: {exc}")
+                records = None
+            if records is not None and hasattr(self, "door"):
+                with self.cond:
+                    self.live_ids = {m.peer_id for m in records}
+                    self._learn_keys({m.peer_id: m.key for m in records if m.key})
+                    self._rewire()
+            self.stopping.wait(self.options.ttl / 3)
+
+    def _learn_keys(self, keys: dict[str, str]) -> None:
+        """Fill in members' keys this peer lacks (a restarted peer's table may predate them)."""
+        seats = self.state.members.seats
+        found = {
+            index: Seat(seat.peer_id, seat.first_step, key=keys[seat.peer_id])
+            for index, seat in seats.items()
+            if not seat.key and seat.peer_id in keys
+        }
+        if found:
+            self.state.learn(Members(found))
+
+    def _rewire(self) -> None:
+        """Neighbours: the run's topology over the live members in index order, less any banned
+        peer (which leaves a hole: the topology is not recomputed around an offender)."""
+        seats = self.state.members.seats
+        live = sorted(
+            i
+            for i, seat in seats.items()
+            if seat.gone_from is None and (seat.peer_id in self.live_ids or i == self.state.me)
+        )
+        if len(live) < 2:
+            self.neighbors = {}
+            return
+        try:
+            topology = make_topology(self.config.topology, len(live), seed=self.config.seed)
+        except TopologyError:
+            topology = make_topology("ring", len(live))
+        position = live.index(self.state.me)
+        self.neighbors = {
+            live[p]: seats[live[p]].peer_id
+            for p in topology.neighbors[position]
+            if seats[live[p]].peer_id not in self.door.banned
+        }
+
+    def _others(self) -> list[str]:
+        """Whom to ask for what is missing: the neighbours, else any live member not banned."""
+        with self.cond:
+            if self.neighbors:
+                return list(self.neighbors.values())
+            return [
+                seat.peer_id
+                for i, seat in self.state.members.seats.items()
+                if i != self.state.me
+                and seat.gone_from is None
+                and seat.peer_id in self.live_ids
+                and seat.peer_id not in self.door.banned
+            ]

@@ -1,0 +1,97 @@
+"""Where a simulation computes, and the memory it takes there.
+
+The device is an execution setting, like the data directory, not part of a run.
+
+A GPU changes the last bits of sums (its kernels reduce in other orders), not what is trained, so
+a run on a GPU is the same experiment as on the CPU: the device comes from $SEEDFLOOD_DEVICE, not
+from the config, ``compare`` counts a run finished on either, and results.json records where it
+ran. Random draws stay on the CPU on every device (seedflood.zo, sample_batch, add_lora), so a
+seed means the same directions, batches and adapters everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import psutil
+import torch
+
+from seedflood.config import ConfigError
+
+DEVICE_VARIABLE = "SEEDFLOOD_DEVICE"
+_ALLOWED = "'cpu', 'cuda' or 'cuda:N'"
+
+
+def run_device() -> torch.device:
+    """The device $SEEDFLOOD_DEVICE names (the CPU when unset), checked before any work."""
+    name = os.environ.get(DEVICE_VARIABLE, "").strip() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"${DEVICE_VARIABLE}={name!r} is not a device; use {_ALLOWED}") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ConfigError(f"${DEVICE_VARIABLE}={name!r}: simulations run on {_ALLOWED}")
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"${DEVICE_VARIABLE}={name!r}, but this torch ({torch.__version__}) sees no CUDA GPU; "
+            f"unset {DEVICE_VARIABLE} to run on the CPU"
+        )
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise ConfigError(f"${DEVICE_VARIABLE}={name!r}, but only cuda:0 to cuda:{count - 1} exist")
+    return device
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: the GPU's own, or the machine's."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return psutil.virtual_memory().available
+
+
+def peak_device_mb(device: torch.device) -> float | None:
+    """Peak GPU memory the run's tensors took, or None on the CPU (peak RSS says it there)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak that ``peak_rss_mb`` reports afresh, from what the process holds now.
+
+    A comparison runs its grid in one process, and the process's lifetime peak would credit
+    every run with the largest of those before it (a resume's, say). Linux resets the peak when
+    "5" is written to /proc/self/clear_refs; elsewhere this returns False and the peak stays the
+    process's."""
+    try:
+        PROC_CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def proc_status_kb(field: str, pid: int | str = "self") -> int | None:
+    """A memory field of /proc/<pid>/status in kilobytes; None where the process has exited,
+    the field is absent (a zombie has no RssAnon) or the system has no /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = [line.split()[1] for line in status.splitlines() if line.startswith(f"{field}:")]
+    return int(values[0]) if values else None
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process since ``reset_peak_rss`` (VmHWM), or since it
+    started where /proc has no VmHWM (ru_maxrss; Linux reports both in kilobytes)."""
+    peak_kb = proc_status_kb("VmHWM")
+    if peak_kb is None:
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak_kb / 1024.0

@@ -1,0 +1,338 @@
+"""Run n clients in one process: the loop every method shares.
+
+config → model + task → clients → algorithm rounds → evaluation → results files. The algorithm
+object owns what differs between methods (local steps, messages, transport); this loop only
+schedules rounds and evaluations and writes what it measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from seedflood import __version__
+from seedflood.algorithms.attacks import PoisoningSeedFlood
+from seedflood.algorithms.common import Algorithm
+from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
+from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.config import ConfigError, RunConfig
+from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_temporaries
+from seedflood.learning.accuracy_cache import cached_accuracy
+from seedflood.learning.models import add_lora, load_model, state_hash
+from seedflood.learning.scoring import TokenizedExample, accuracy, majority_rate, tokenize
+from seedflood.learning.tasks import load_task, partition
+from seedflood.protocol.clipping import ScalarClip
+from seedflood.sim.checkpoint import (
+    Progress,
+    checkpoint_path,
+    kill_point,
+    load_checkpoint,
+    maybe_kill,
+    save_checkpoint,
+)
+from seedflood.sim.devices import (
+    available_bytes,
+    peak_device_mb,
+    peak_rss_mb,
+    reset_peak_rss,
+    run_device,
+)
+from seedflood.sim.faults import LinkFaults
+from seedflood.topology import Topology, make_topology
+from seedflood.zo import make_direction
+
+ProgressCallback = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class Experiment:
+    """Everything a run is built from, before its first step."""
+
+    config: RunConfig
+    topology: Topology
+    algorithm: Algorithm
+    val: list[TokenizedExample]
+    test: list[TokenizedExample]
+    pad_id: int
+    data_notes: list[str]
+    data_source: str
+    parameters: int
+
+
+def check_memory(config: RunConfig, trainable: int, device: torch.device) -> None:
+    """Refuse before the first step a run that would not fit in ``device``'s free memory (the
+    estimate is the measured peak, so a run that fits alone is not refused for a margin)."""
+    if config.method == "seedflood":
+        return
+    needed = gossip_memory_bytes(
+        config.clients, trainable, config.method == "choco", config.batched_forward
+    )
+    available = available_bytes(device)
+    if needed > available:
+        copies = "2 × " if config.method == "choco" else ""
+        raise ConfigError(
+            f"method {config.method} with {config.clients} clients keeps {copies}"
+            f"{config.clients} × {trainable:,} fp32 values and working space: about "
+            f"{needed / 1e9:.1f} GB, but only {available / 1e9:.1f} GB of {device.type} memory "
+            "is available; use lora: true, fewer clients or "
+            "a smaller model"
+        )
+
+
+def build_algorithm(
+    config: RunConfig,
+    model: nn.Module,
+    topology: Topology,
+    shards: list[list[TokenizedExample]],
+    pad_id: int,
+) -> Algorithm:
+    common = {
+        "model": model,
+        "topology": topology,
+        "shards": shards,
+        "pad_id": pad_id,
+        "lr": config.lr,
+        "eps": config.eps,
+        "batch_size": config.batch_size,
+        "local_steps": config.steps_per_round,
+        "run_seed": config.seed,
+    }
+    if config.method == "seedflood":
+        direction = make_direction(
+            config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
+        )
+        if config.attackers:
+            common = {**common, "attackers": config.attackers, "factor": config.attack_factor}
+        flooding = PoisoningSeedFlood if config.attackers else SeedFlood
+        return flooding(
+            direction=direction,
+            hops=config.hops or topology.diameter,
+            scalar_format=config.scalar_format,
+            batched=config.batched_forward,
+            faults=LinkFaults.from_config(config, topology),
+            repair_exchanges=config.repair_exchanges,
+            clip=ScalarClip.from_config(config),
+            **common,
+        )
+    if config.lora:
+        trainable = add_lora(
+            model,
+            rank=config.lora_rank,
+            alpha=config.lora_alpha,
+            targets=config.lora_targets,
+            seed=config.seed,
+        )
+    else:
+        trainable = list(model.parameters())
+    check_memory(config, sum(p.numel() for p in trainable), next(model.parameters()).device)
+    return Gossip(
+        trainable=trainable,
+        estimator="zo" if config.method == "dzsgd" else "gradient",
+        mixing=config.mixing,
+        topk_ratio=config.topk_ratio if config.method == "choco" else None,
+        gamma=config.gamma,
+        batched=config.batched_forward,
+        **common,
+    )
+
+
+def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
+    """The run's parts, its model on ``device`` (the CPU by default); call it inside ``with
+    device:`` so that the tensors methods create land there too."""
+    topology = make_topology(
+        config.topology,
+        config.clients,
+        seed=config.seed,
+        degree=config.topology_degree,
+        p=config.topology_p,
+        path=config.edgelist,
+    )
+    data = load_task(
+        config.task,
+        data_dir=config.resolved_data_dir(),
+        seed=config.seed,
+        n_train=config.n_train,
+        n_val=config.n_val,
+        n_test=config.n_test,
+    )
+    shards = partition(
+        data.train, config.clients, seed=config.seed, scheme=config.partition, alpha=config.alpha
+    )
+    model, tokenizer = load_model(config.model, seed=config.seed)
+    model.to(device or torch.device("cpu"))
+    pad_id = tokenizer.pad_token_id
+    parameters = sum(p.numel() for p in model.parameters())
+    algorithm = build_algorithm(
+        config,
+        model,
+        topology,
+        [tokenize(tokenizer, shard, config.max_length) for shard in shards],
+        pad_id,
+    )
+    val = tokenize(tokenizer, data.val[: config.eval_examples or None], config.max_length)
+    return Experiment(
+        config=config,
+        topology=topology,
+        algorithm=algorithm,
+        val=val,
+        test=tokenize(tokenizer, data.test, config.max_length),
+        pad_id=pad_id,
+        data_notes=list(data.notes),
+        data_source=data.source,
+        parameters=parameters,
+    )
+
+
+def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, float]:
+    """GMP accuracy, and the clients' own accuracy where their models differ from it."""
+    algorithm, batch_size = exp.algorithm, exp.config.eval_batch_size
+    with algorithm.global_view():
+        global_accuracy = accuracy(algorithm.model, examples, exp.pad_id, batch_size)
+    if algorithm.clients_identical():
+        client_accuracies = [global_accuracy]
+    else:
+        n, k = algorithm.n, min(exp.config.eval_clients, algorithm.n)
+        client_accuracies = []
+        for client in sorted({i * n // k for i in range(k)}):
+            with algorithm.client_view(client):
+                client_accuracies.append(
+                    accuracy(algorithm.model, examples, exp.pad_id, batch_size)
+                )
+    return {
+        "accuracy": global_accuracy,
+        "client_accuracy_mean": sum(client_accuracies) / len(client_accuracies),
+        "client_accuracy_min": min(client_accuracies),
+        "consensus_distance": algorithm.consensus_distance(),
+    }
+
+
+def _fresh_or_resumed(
+    exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
+) -> Progress:
+    """Where the loop starts: the checkpoint's state with ``resume`` (the algorithm restored in
+    place), else round 0 after scoring the untrained model (once per machine for each starting
+    model and test set: see accuracy_cache)."""
+    if resume and saved_at.is_file():
+        state = load_checkpoint(saved_at, exp.config, exp.algorithm)
+        report(
+            state.round,
+            {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
+        )
+        return state
+    if resume:
+        report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
+    with exp.algorithm.global_view():
+        zero_shot = cached_accuracy(
+            exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
+        )
+    report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
+    return Progress(0, [], 0.0, 0.0, zero_shot)
+
+
+def run(
+    config: RunConfig,
+    out_dir: str | Path,
+    progress: ProgressCallback | None = None,
+    *,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl.
+
+    Every evaluation also writes a checkpoint, and ``resume`` continues from it: a run killed at
+    any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
+    timing fields. The checkpoint is deleted once results.json is written, since a finished run
+    is its results and a model-sized file per run would fill the disk under a comparison grid;
+    so resuming a finished run (without its results from ``compare``) starts it afresh.
+    """
+    out = Path(out_dir)
+    saved_at = checkpoint_path(out)
+    for name in ("results.json", "history.jsonl", saved_at.name):
+        remove_stale_temporaries(out / name)
+    # A run redone in the same directory must not leave the old results beside the new history.
+    (out / "results.json").unlink(missing_ok=True)
+    if not resume:
+        saved_at.unlink(missing_ok=True)
+    kill = kill_point()
+    report = progress or (lambda _round, _record: None)
+    reset_peak_rss()
+    torch.manual_seed(config.seed)
+    device = run_device()
+    with device:
+        exp = build(config, device)
+        algorithm = exp.algorithm
+        state = _fresh_or_resumed(exp, saved_at, resume, report)
+        history, train_seconds = state.history, state.train_seconds
+        started = time.perf_counter() - state.wall_seconds
+
+        def record(done: int, stats: dict[str, float]) -> None:
+            entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
+            entry["wall_seconds"] = time.perf_counter() - started
+            entry["train_seconds"] = train_seconds
+            history.append(entry)
+            atomic_write_jsonl(out / "history.jsonl", history)
+            maybe_kill(kill, done, "history")
+            progress_now = Progress(
+                done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
+            )
+            save_checkpoint(saved_at, config, progress_now, algorithm)
+
+        if not history:
+            record(0, {})
+        for round_index in range(state.round, config.rounds):
+            round_started = time.perf_counter()
+            stats = algorithm.run_round(round_index)
+            train_seconds += time.perf_counter() - round_started
+            done = round_index + 1
+            maybe_kill(kill, done, "round")
+            if done % config.eval_every == 0 or done == config.rounds:
+                record(done, stats)
+            maybe_kill(kill, done, "checkpoint")
+            event = "evaluation" if history[-1]["round"] == done else "round"
+            report(done, {**history[-1], **stats, "event": event})
+        results = _results(config, exp, state.zero_shot_accuracy, device)
+        results["wall_seconds"] = time.perf_counter() - started
+        results["train_seconds"] = train_seconds
+        atomic_write_json(out / "results.json", results)
+        saved_at.unlink(missing_ok=True)
+        return results
+
+
+def _results(
+    config: RunConfig, exp: Experiment, zero_shot_accuracy: float, device: torch.device
+) -> dict[str, Any]:
+    """results.json's fields but the timings: the test scores of the trained model, its traffic,
+    what it is (``describe`` and a hash of its weights) and what it was trained on."""
+    algorithm = exp.algorithm
+    traffic = algorithm.traffic()
+    description = algorithm.describe()
+    if "state_hash" not in description:
+        with algorithm.global_view():
+            description["state_hash"] = state_hash(list(algorithm.model.parameters()))
+    return {
+        "method": config.name,
+        "version": __version__,
+        "zero_shot_accuracy": zero_shot_accuracy,
+        "majority_accuracy": majority_rate(exp.test),
+        **evaluate(exp, exp.test),
+        **traffic,
+        "rounds": config.rounds,
+        "steps": config.rounds * config.steps_per_round,
+        "clients": config.clients,
+        "topology": config.topology,
+        "diameter": exp.topology.diameter,
+        **description,
+        "parameters": exp.parameters,
+        "test_examples": len(exp.test),
+        "data_source": exp.data_source,
+        "data_notes": exp.data_notes,
+        "peak_rss_mb": peak_rss_mb(),
+        "device": str(device),
+        "peak_device_mb": peak_device_mb(device),
+        "config": config.model_dump(),
+    }
