@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_seedflood import make_seedflood
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import load_config
@@ -23,6 +22,7 @@ from seedflood.peers.p2p import Frame
 from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
+from tests.algorithms.test_seedflood import make_seedflood
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from seedflood.paper.tuning import tuned_rates
 from seedflood.paper.verdicts import main_verdict, scaling_verdict, subcge_verdict
 from seedflood.report import Run, present_runs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_peer import Cluster
-from test_seedflood import make_seedflood
 
 from seedflood.config import RunConfig
 from seedflood.learning.models import load_model
@@ -15,6 +13,8 @@ from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.messages import Message, quantize
 from seedflood.sim.runner import build, evaluate
 from seedflood.topology import make_topology
+from tests.algorithms.test_seedflood import make_seedflood
+from tests.peers.test_state import Cluster
 
 
 def step_of(step: int, scalars: list[float]) -> list[Message]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from test_seedflood import make_seedflood
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import ConfigError, RunConfig
@@ -14,6 +13,7 @@ from seedflood.learning.models import load_model
 from seedflood.protocol.messages import Message
 from seedflood.sim.faults import FaultyNetwork, LinkFaults, cut_edges
 from seedflood.topology import Topology, make_topology
+from tests.algorithms.test_seedflood import make_seedflood
 
 FLOOD_KEYS = ("bytes_per_edge_max", "bytes_per_edge_mean", "messages_per_edge_max", "bytes_total")
 
