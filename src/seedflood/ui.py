@@ -10,9 +10,10 @@ from seedflood.config import ConfigError
 from seedflood.learning.models import ModelError
 from seedflood.learning.tasks import DataError
 from seedflood.topology import TopologyError
+from seedflood.zo import DirectionError
 
 console = Console(stderr=True)
-USER_ERRORS = (ConfigError, DataError, TopologyError, ModelError)
+USER_ERRORS = (ConfigError, DataError, TopologyError, ModelError, DirectionError)
 
 
 def fail(error: Exception) -> typer.Exit:

@@ -30,9 +30,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from seedflood.config import ConfigError
-
 DIRECTIONS: tuple[str, ...] = ("subcge", "dense")
+
+
+class DirectionError(ValueError):
+    """A direction the model cannot have (a SubCGE rank above a matrix's input width): the
+    user's setting, reported like a config error."""
 
 
 def derive_seed(run_seed: int, *parts: int | str) -> int:
@@ -139,7 +142,7 @@ class SubCGEDirection:
             # V_e has n_in rows and rank orthonormal columns: more columns than rows do not exist.
             name = names[narrowest] if names is not None else f"#{narrowest}"
             rows, cols = matrices[narrowest].shape
-            raise ConfigError(
+            raise DirectionError(
                 f"key 'rank': rank must be between 1 and the smallest matrix input dimension "
                 f"({smallest}); got {rank}. Matrix {name} has shape {rows}x{cols}, and SubCGE's "
                 f"basis for it has rank orthonormal columns of length {cols}: "

@@ -15,6 +15,7 @@ from seedflood.learning.scoring import loss_and_correct, tokenize
 from seedflood.learning.tasks import Example, partition
 from seedflood.protocol.flooding import FloodState, flood
 from seedflood.protocol.messages import Message, quantize
+from seedflood.sim.faults import simulated_links
 from seedflood.sim.network import SimulatedNetwork
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import make_direction, message_seed, two_point_estimate
@@ -46,6 +47,14 @@ def make_seedflood(
 ) -> SeedFlood:
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
     shards = partition(synthetic_examples(8 * topology.n), topology.n, seed=0)
+    local_steps, scalar_format = kw.get("local_steps", 1), kw.get("scalar_format", "fp32")
+    network, repair = simulated_links(
+        topology,
+        kw.get("faults"),
+        scalar_format=scalar_format,
+        local_steps=local_steps,
+        hops=hops,
+    )
     return SeedFlood(
         model=model,
         direction=make_direction(direction, model, rank=8, refresh=3, run_seed=11),
@@ -55,12 +64,13 @@ def make_seedflood(
         lr=kw.get("lr", 1e-2),
         eps=1e-3,
         batch_size=4,
-        local_steps=kw.get("local_steps", 1),
+        local_steps=local_steps,
         hops=hops,
-        scalar_format=kw.get("scalar_format", "fp32"),
+        scalar_format=scalar_format,
         run_seed=11,
         batched=kw.get("batched", False),
-        faults=kw.get("faults"),
+        network=network,
+        repair=repair,
         clip=kw.get("clip"),
     )
 

@@ -17,7 +17,7 @@ from client to client by the messages that differ, so views agree with exact one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -28,12 +28,9 @@ from seedflood.algorithms.common import sample_batch
 from seedflood.learning.models import state_hash
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.protocol.clipping import ScalarClip
-from seedflood.protocol.flooding import FloodState, flood, origins
+from seedflood.protocol.flooding import FloodState, Transport, flood, origins
 from seedflood.protocol.messages import Message, quantize
 from seedflood.protocol.updates import Update, message_updates
-from seedflood.sim.faults import FaultyNetwork, LinkFaults
-from seedflood.sim.network import SimulatedNetwork
-from seedflood.sim.repair import AntiEntropy
 from seedflood.topology import Topology
 from seedflood.zo import (
     DenseDirection,
@@ -42,6 +39,36 @@ from seedflood.zo import (
     message_seed,
     two_point_estimate,
 )
+
+
+class Network(Transport, Protocol):
+    """The transport the runner hands SeedFlood: it floods, is told each round (a simulated
+    partition starts and ends on rounds), and reports its traffic and what it did."""
+
+    def at_round(self, round_index: int) -> None: ...
+
+    def summary(self) -> dict[str, float]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class Repair(Protocol):
+    """Anti-entropy over ``network`` after a round's hops, when the runner's links can lose
+    packets: how many exchanges it took (at most ``limit``), and its own traffic."""
+
+    def repair(
+        self,
+        floods: Sequence[FloodState],
+        pending: dict[int, dict[int, Message]],
+        network: Network,
+        round_index: int,
+        limit: int,
+    ) -> int: ...
+
+    def summary(self) -> dict[str, float]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
 
 Held = dict[int, int]
 """The pending messages a client holds: step → bitmask of origins (see FloodState.held)."""
@@ -70,8 +97,9 @@ class SeedFlood:
         hops: int,
         scalar_format: str,
         run_seed: int,
+        network: Network,
+        repair: Repair | None = None,
         batched: bool = False,
-        faults: LinkFaults | None = None,
         repair_exchanges: int = 64,
         clip: ScalarClip | None = None,
     ) -> None:
@@ -97,14 +125,8 @@ class SeedFlood:
         if repair_exchanges < 0:
             raise ValueError(f"repair_exchanges must be >= 0, got {repair_exchanges}")
         self.repair_exchanges = repair_exchanges
-        # Faults bring their own network and anti-entropy; without them nothing changes at all.
-        self.faulty = (
-            None if faults is None else FaultyNetwork(topology.neighbors, faults, scalar_format)
-        )
-        self.network = self.faulty or SimulatedNetwork(topology.neighbors, scalar_format)
-        self.repair = (
-            None if faults is None else AntiEntropy(topology, local_steps=local_steps, hops=hops)
-        )
+        self.network = network
+        self.repair = repair
         self.floods = [FloodState(i, topology.neighbors[i]) for i in range(self.n)]
         self.pending: dict[int, dict[int, Message]] = {}
         self.committed_step = -1
@@ -256,8 +278,7 @@ class SeedFlood:
     def run_round(self, round_index: int) -> dict[str, float]:
         """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then (over
         faulty links) anti-entropy exchanges, then commit."""
-        if self.faulty is not None:
-            self.faulty.at_round(round_index)
+        self.network.at_round(round_index)
         losses, scalars = [], []
         for offset in range(self.local_steps):
             step = round_index * self.local_steps + offset
@@ -339,5 +360,5 @@ class SeedFlood:
             "state_hash": self.state_hash(),
             **({"clipped_messages": self.clip.clipped} if self.clip is not None else {}),
             **(self.repair.describe() if self.repair is not None else {}),
-            **({"faults_injected": dict(self.faulty.injected)} if self.faulty is not None else {}),
+            **self.network.describe(),
         }

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from seedflood import __version__
+from seedflood.build import build_parts, run_direction
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
@@ -97,8 +98,6 @@ class Node(Seating, Exchange):
     def start(self) -> None:
         import hivemind
 
-        from seedflood.sim.runner import build
-
         options = self.options
         options.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = (options.state_dir / "lock").open("w")
@@ -109,7 +108,7 @@ class Node(Seating, Exchange):
         self.signing_key = load_or_create_key(options.state_dir)
         self.public_key = public_hex(self.signing_key)
         torch.manual_seed(self.config.seed)
-        self.experiment = build(self.config)
+        self.parts = build_parts(self.config)
         self.dht = self._start_dht(hivemind)
         addresses = [str(a) for a in self.dht.get_visible_maddrs()]
         atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
@@ -123,14 +122,14 @@ class Node(Seating, Exchange):
         self._renewer = threading.Thread(target=self._renew, daemon=True)
         me, members, joined = self._seat()
         self.index = me
-        algorithm = self.experiment.algorithm
+        parts = self.parts
         self.state = PeerState(
             me=me,
             members=members,
-            model=algorithm.model,
-            direction=algorithm.direction,
-            shard=algorithm.shards[me % algorithm.n],
-            pad_id=algorithm.pad_id,
+            model=parts.model,
+            direction=run_direction(self.config, parts.model),
+            shard=parts.shard(me % self.config.clients),
+            pad_id=parts.pad_id,
             state_dir=options.state_dir,
             clients=self.config.clients,
             lr=self.config.lr,
@@ -240,8 +239,8 @@ class Node(Seating, Exchange):
         if self.options.evaluate:
             self.zero_shot = cached_accuracy(
                 self.state.model,
-                self.experiment.test,
-                self.experiment.pad_id,
+                self.parts.test,
+                self.parts.pad_id,
                 self.config.eval_batch_size,
             )
             self.say(f"zero-shot test accuracy {self.zero_shot:.4f}")
@@ -263,7 +262,7 @@ class Node(Seating, Exchange):
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):
                 self._wait(lambda d=done: state.committed_step >= d * self.local_steps - 1, "eval")
                 train_seconds += time.monotonic() - round_started
-                record["accuracy"] = self._accuracy(self.experiment.val)
+                record["accuracy"] = self._accuracy(self.parts.val)
                 round_started = time.monotonic()
                 self.history.append({**record, "train_seconds": train_seconds})
                 atomic_write_jsonl(self.options.out_dir / "history.jsonl", self.history)
@@ -318,10 +317,10 @@ class Node(Seating, Exchange):
 
     def _accuracy(self, examples: list) -> float:
         config = self.config
-        return accuracy(self.state.model, examples, self.experiment.pad_id, config.eval_batch_size)
+        return accuracy(self.state.model, examples, self.parts.pad_id, config.eval_batch_size)
 
     def _results(self, started: float, train_seconds: float) -> dict[str, Any]:
-        state, config, experiment = self.state, self.config, self.experiment
+        state, config, parts = self.state, self.config, self.parts
         results: dict[str, Any] = {
             "kind": "peer",
             "method": config.name,
@@ -344,13 +343,13 @@ class Node(Seating, Exchange):
             "messages_committed": len(state.committed),
             "wall_seconds": time.perf_counter() - started,
             "train_seconds": train_seconds,
-            "data_source": experiment.data_source,
+            "data_source": parts.data_source,
             "config": config.model_dump(),
         }
         if self.options.evaluate:
             results["zero_shot_accuracy"] = self.zero_shot
-            results["majority_accuracy"] = majority_rate(experiment.test)
-            results["accuracy"] = self._accuracy(experiment.test)
+            results["majority_accuracy"] = majority_rate(parts.test)
+            results["accuracy"] = self._accuracy(parts.test)
         results.update(self._traffic())
         atomic_write_json(self.options.out_dir / "results.json", results)
         return results

@@ -2,30 +2,49 @@
 
 The simulation leaves every routing decision to a ``Router``: which microbatches an iteration
 admits, where a joining relay serves, which relay a stage's task goes to, and what is learnt
-from replies and failures. SWARM's router lives in swarm.py; GWTF's, which follows an injected
-planner's paths once they are checked against the scenario, lives here with the interface.
+from replies and failures. Routers never see the simulation itself: ``choose`` reads it through a
+``RoutingView`` (the live scenario, the relays known dead, which relays are usable and which have
+a free slot), and the other calls get only the scenario or the microbatch at hand, so a router depends
+on what it reads, not on the event loop. SWARM's router lives in swarm.py; GWTF's, which follows
+an injected planner's paths once they are checked against the scenario, lives here with the
+interface.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence, Set
+from typing import Protocol
 
 from seedflood.pipeline.churn import Join, bottleneck_stage
 from seedflood.pipeline.costs import Relay, Scenario, ScenarioError
 from seedflood.pipeline.records import Microbatch, Task
 
-if TYPE_CHECKING:
-    from seedflood.pipeline.simulation import Simulation
-
 Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
+
+
+class RoutingView(Protocol):
+    """All a router may read of the running simulation when it chooses a relay. Read-only, so a
+    choice cannot change the simulation's state; ``usable`` says whether a relay may be sent work
+    at all, ``has_free_slot`` whether it has room to keep one more microbatch's activations."""
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def known_dead(self) -> Set[str]: ...
+
+    def usable(self, name: str) -> bool: ...
+
+    def has_free_slot(self, name: str) -> bool: ...
 
 
 class Router(Protocol):
     """What differs between GWTF and SWARM. ``stateful`` routers keep activations on relays and
-    pass them relay to relay; stateless ones route every hop through the data holder."""
+    pass them relay to relay; stateless ones route every hop through the data holder. ``name``
+    is what results are labelled with and what the router is chosen by."""
 
+    name: str
     stateful: bool
 
     def begin_iteration(
@@ -34,7 +53,7 @@ class Router(Protocol):
 
     def place(self, joiner: Join, scenario: Scenario) -> int: ...
 
-    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str: ...
+    def choose(self, mb: Microbatch, stage: int, forward_only: bool, view: RoutingView) -> str: ...
 
     def observe(self, task: Task, elapsed_s: float) -> None: ...
 
@@ -68,6 +87,7 @@ def check_plan(scenario: Scenario, paths: Sequence[tuple[str, ...]]) -> list[tup
 class GwtfRouter:
     """Stateful relay-to-relay routing along a planned flow, with one-stage crash recovery."""
 
+    name = "gwtf"
     stateful = True
 
     def __init__(self, plan: Planner) -> None:
@@ -84,19 +104,19 @@ class GwtfRouter:
     def place(self, joiner: Join, scenario: Scenario) -> int:
         return bottleneck_stage(scenario.relays, scenario.stages, by="capacity")
 
-    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str:
+    def choose(self, mb: Microbatch, stage: int, forward_only: bool, view: RoutingView) -> str:
         planned = mb.path[stage]
-        if planned is not None and planned not in sim.known_dead:
+        if planned is not None and planned not in view.known_dead:
             return planned
         before = mb.path[stage - 1] if stage else mb.holder
         after = mb.path[stage + 1] if stage + 1 < len(mb.path) else None
 
         def cost(name: str) -> float:
             ends = [end for end in (before, after) if end is not None]
-            return sum(sim.scenario.edge_cost(end, name) for end in ends)
+            return sum(view.scenario.edge_cost(end, name) for end in ends)
 
-        candidates = [r.name for r in sim.scenario.stage(stage) if sim.usable(r.name)]
-        return min(candidates, key=lambda name: (not sim.has_free_slot(name), cost(name), name))
+        candidates = [r.name for r in view.scenario.stage(stage) if view.usable(r.name)]
+        return min(candidates, key=lambda name: (not view.has_free_slot(name), cost(name), name))
 
     def observe(self, task: Task, elapsed_s: float) -> None:
         """GWTF routes by plan, not by measured speed."""

@@ -39,17 +39,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from seedflood.pipeline.churn import (
-    ChurnEvent,
-    ChurnRates,
-    ChurnSchedule,
-    Degrade,
-    Join,
-    Leave,
-    churn_events,
-    describe,
-    resolve_rates,
-)
+from seedflood.pipeline.churn import ChurnEvent, Degrade, Join, Leave, describe
 from seedflood.pipeline.costs import Relay, Scenario, ScenarioError, link
 from seedflood.pipeline.records import (
     ComputeAccount,
@@ -62,13 +52,8 @@ from seedflood.pipeline.records import (
     TrainedMicrobatch,
     Wait,
 )
-from seedflood.pipeline.routing import GwtfRouter, Planner, Router
-from seedflood.pipeline.swarm import SwarmRouter
+from seedflood.pipeline.routing import Router
 
-ROUTERS = ("gwtf", "swarm")
-# fp32 gradients of SmolLM2-135M (134,515,008 parameters), the project's default model, split
-# evenly over the stages when no stage size is given.
-DEFAULT_MODEL_GRADIENT_BYTES = 134_515_008 * 4
 KINDS = ("useful", "recomputed", "discarded", "idle")
 
 
@@ -105,7 +90,7 @@ class Simulation:
         self._log: list[dict[str, Any]] = []
         self._pull_churn()
 
-    # What routers may ask.
+    # What routers may read (routing.RoutingView), besides ``scenario`` and ``known_dead``.
     def usable(self, name: str) -> bool:
         """Serving, not leaving and not known dead (a silent crash still looks usable)."""
         state = self.states.get(name)
@@ -171,7 +156,19 @@ class Simulation:
             tuple(self._log),
         )
 
-    def finish(self, router: str, records: Sequence[IterationRecord]) -> SimResult:
+    def run(self, microbatches_target: int) -> SimResult:
+        """Train until ``microbatches_target`` microbatches are in the averaged gradients."""
+        records: list[IterationRecord] = []
+        trained = 0
+        while trained < microbatches_target:
+            record = self.run_iteration(len(records))
+            if not record.admitted:
+                raise ScenarioError(f"iteration {record.index} admitted no microbatch")
+            records.append(record)
+            trained += record.microbatches
+        return self.finish(records)
+
+    def finish(self, records: Sequence[IterationRecord]) -> SimResult:
         for state in self.states.values():
             if state.ended_s is None:
                 self._end_life(state)
@@ -183,7 +180,7 @@ class Simulation:
             *(self.totals[kind] for kind in KINDS),
             live_relay_s=sum(end - begin for begin, end in lifetimes.values()),
         )
-        return SimResult(router, tuple(records), account, lifetimes)
+        return SimResult(self.router.name, tuple(records), account, lifetimes)
 
     def _step(self, at: float | None = None) -> None:
         time, _, kind, payload = heapq.heappop(self._heap)
@@ -519,71 +516,3 @@ class Simulation:
                 lost.append(key)
         return tuple(trained), tuple(lost), duplicates
 
-
-def _default_plan() -> Planner:
-    from seedflood.pipeline.flow import optimal_flow
-
-    return lambda scenario: optimal_flow(scenario).paths
-
-
-def simulate(
-    scenario: Scenario,
-    *,
-    router: str,
-    plan: Planner | None = None,
-    churn: ChurnSchedule | ChurnRates | str = "none",
-    microbatches_target: int,
-    seed: int = 0,
-    forward_timeout_s: float = 20.0,
-    backward_timeout_s: float = 20.0,
-    stage_parameter_bytes: int | None = None,
-    rebalance_every: int = 5,
-) -> SimResult:
-    """Train until ``microbatches_target`` microbatches are in the averaged gradients.
-
-    ``plan`` routes GWTF's iterations (default: the centralized optimal flow); SWARM ignores it.
-    ``churn`` is an explicit schedule, rates, or a preset name ("none", "low", "high") drawn
-    with ``seed``. Timeouts are how long a sender waits on a silent relay (20 s as in the GWTF
-    prototype). ``stage_parameter_bytes`` is what a stage's replicas average per iteration
-    (default: SmolLM2-135M's fp32 gradients split over the stages). SWARM rebalances every
-    ``rebalance_every`` iterations (0: never).
-    """
-    if router not in ROUTERS:
-        raise ScenarioError(f"router must be one of {', '.join(ROUTERS)}; got {router!r}")
-    if microbatches_target < 1:
-        raise ScenarioError(f"microbatches_target must be >= 1; got {microbatches_target}")
-    if forward_timeout_s <= 0 or backward_timeout_s <= 0:
-        raise ScenarioError("forward_timeout_s and backward_timeout_s must be > 0")
-    if rebalance_every < 0:
-        raise ScenarioError(f"rebalance_every must be >= 0; got {rebalance_every}")
-    routing: Router = (
-        GwtfRouter(plan or _default_plan())
-        if router == "gwtf"
-        else SwarmRouter(scenario, rebalance_every=rebalance_every, seed=seed)
-    )
-    events = (
-        iter(churn)
-        if isinstance(churn, ChurnSchedule)
-        else churn_events(scenario, resolve_rates(churn), seed)
-    )
-    sim = Simulation(
-        scenario,
-        routing,
-        events,
-        forward_timeout_s=forward_timeout_s,
-        backward_timeout_s=backward_timeout_s,
-        stage_parameter_bytes=(
-            DEFAULT_MODEL_GRADIENT_BYTES // scenario.stages
-            if stage_parameter_bytes is None
-            else stage_parameter_bytes
-        ),
-    )
-    records: list[IterationRecord] = []
-    trained = 0
-    while trained < microbatches_target:
-        record = sim.run_iteration(len(records))
-        if not record.admitted:
-            raise ScenarioError(f"iteration {record.index} admitted no microbatch")
-        records.append(record)
-        trained += record.microbatches
-    return sim.finish(router, records)

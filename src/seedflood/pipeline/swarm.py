@@ -13,6 +13,9 @@ throughput to the one with the least, if that raises the pipeline's minimum stag
 (SWARM §3.3; the public prototype lacks this part). The move must also not lower the smallest
 stage capacity, so the batch trained per iteration never shrinks because of a rebalance. Moves
 happen between iterations; the download of the new stage's parameters is not timed.
+
+Like every router, SWARM's sees the simulation only through routing.RoutingView: choosing a
+server reads nothing but which servers are usable; what it learns comes from replies and failures.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from seedflood.pipeline.costs import Relay, Scenario
 
 if TYPE_CHECKING:
     from seedflood.pipeline.records import Microbatch, Task
-    from seedflood.pipeline.simulation import Simulation
+    from seedflood.pipeline.routing import RoutingView
 
 EMA_ALPHA = 0.1
 FORWARD_TASK_SIZE = 1.0
@@ -147,6 +150,7 @@ def admitted_microbatches(scenario: Scenario) -> list[str]:
 class SwarmRouter:
     """Stateless, trainer-centric routing: every hop goes trainer → server → trainer."""
 
+    name = "swarm"
     stateful = False
 
     def __init__(self, scenario: Scenario, *, rebalance_every: int, seed: int) -> None:
@@ -176,9 +180,9 @@ class SwarmRouter:
     def place(self, joiner: Join, scenario: Scenario) -> int:
         return bottleneck_stage(scenario.relays, scenario.stages, by="throughput")
 
-    def choose(self, mb: Microbatch, stage: int, forward_only: bool, sim: Simulation) -> str:
+    def choose(self, mb: Microbatch, stage: int, forward_only: bool, view: RoutingView) -> str:
         size = FORWARD_TASK_SIZE if forward_only else BACKWARD_TASK_SIZE
-        return self.balancers[mb.holder][stage].choose(size, sim.usable)
+        return self.balancers[mb.holder][stage].choose(size, view.usable)
 
     def observe(self, task: Task, elapsed_s: float) -> None:
         size = BACKWARD_TASK_SIZE if task.backward else FORWARD_TASK_SIZE

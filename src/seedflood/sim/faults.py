@@ -15,10 +15,12 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from seedflood.config import ConfigError, RunConfig
 from seedflood.protocol.traffic import Packet
 from seedflood.sim.network import SimulatedNetwork
+from seedflood.sim.repair import AntiEntropy
 from seedflood.topology import Topology
 
 Edge = tuple[int, int]
@@ -159,6 +161,9 @@ class FaultyNetwork(SimulatedNetwork):
         """Tell the links which round runs, for the cut's schedule."""
         self.round = round_index
 
+    def describe(self) -> dict[str, Any]:
+        return {"faults_injected": dict(self.injected)}
+
     def live(self, sender: int, receiver: int) -> bool:
         """Whether the edge carries anything this round (a cut edge carries nothing)."""
         rounds = self.faults.cut_rounds
@@ -198,3 +203,19 @@ class FaultyNetwork(SimulatedNetwork):
     def in_flight(self) -> int:
         """Packets sent but not yet handed over, on every channel."""
         return sum(len(queue) for queue in self._queues.values())
+
+
+def simulated_links(
+    topology: Topology,
+    faults: LinkFaults | None,
+    *,
+    scalar_format: str,
+    local_steps: int,
+    hops: int,
+) -> tuple[SimulatedNetwork, AntiEntropy | None]:
+    """The network SeedFlood floods over in the simulator, and the anti-entropy that repairs it:
+    perfect links need none, so without faults nothing about a run changes at all."""
+    if faults is None:
+        return SimulatedNetwork(topology.neighbors, scalar_format), None
+    network = FaultyNetwork(topology.neighbors, faults, scalar_format)
+    return network, AntiEntropy(topology, local_steps=local_steps, hops=hops)

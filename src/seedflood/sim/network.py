@@ -7,6 +7,7 @@ interface a real-peer transport implements while hosting a single client.
 """
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from seedflood.protocol.flooding import Deliveries
 from seedflood.protocol.messages import (
@@ -95,5 +96,12 @@ class SimulatedNetwork:
         `seedflood.sim.faults.FaultyNetwork` overrides this to lose, repeat, reorder and delay."""
         return list(packets)
 
+    def at_round(self, round_index: int) -> None:
+        """Perfect links are the same in every round."""
+
     def summary(self) -> dict[str, float]:
         return self.counter.summary()
+
+    def describe(self) -> dict[str, Any]:
+        """What the links did beyond carrying packets: nothing, on perfect links."""
+        return {}

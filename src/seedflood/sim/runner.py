@@ -14,19 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from seedflood import __version__
 from seedflood.algorithms.attacks import PoisoningSeedFlood
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.build import Parts, build_parts, run_direction
 from seedflood.config import ConfigError, RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_temporaries
 from seedflood.learning.accuracy_cache import cached_accuracy
-from seedflood.learning.models import add_lora, load_model, state_hash
-from seedflood.learning.scoring import TokenizedExample, accuracy, majority_rate, tokenize
-from seedflood.learning.tasks import load_task, partition
+from seedflood.learning.models import add_lora, state_hash
+from seedflood.learning.scoring import TokenizedExample, accuracy, majority_rate
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.sim.checkpoint import (
     Progress,
@@ -43,9 +42,8 @@ from seedflood.sim.devices import (
     reset_peak_rss,
     run_device,
 )
-from seedflood.sim.faults import LinkFaults
-from seedflood.topology import Topology, make_topology
-from seedflood.zo import make_direction
+from seedflood.sim.faults import LinkFaults, simulated_links
+from seedflood.topology import Topology
 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
 
@@ -85,18 +83,15 @@ def check_memory(config: RunConfig, trainable: int, device: torch.device) -> Non
         )
 
 
-def build_algorithm(
-    config: RunConfig,
-    model: nn.Module,
-    topology: Topology,
-    shards: list[list[TokenizedExample]],
-    pad_id: int,
-) -> Algorithm:
+def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
+    """The method the config names over the built parts, handed the simulated links it talks
+    over: the algorithm never builds its own transport."""
+    model, topology = parts.model, parts.topology
     common = {
         "model": model,
         "topology": topology,
-        "shards": shards,
-        "pad_id": pad_id,
+        "shards": [parts.shard(c) for c in range(config.clients)],
+        "pad_id": parts.pad_id,
         "lr": config.lr,
         "eps": config.eps,
         "batch_size": config.batch_size,
@@ -104,18 +99,24 @@ def build_algorithm(
         "run_seed": config.seed,
     }
     if config.method == "seedflood":
-        direction = make_direction(
-            config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
+        hops = config.hops or topology.diameter
+        network, repair = simulated_links(
+            topology,
+            LinkFaults.from_config(config, topology),
+            scalar_format=config.scalar_format,
+            local_steps=config.steps_per_round,
+            hops=hops,
         )
         if config.attackers:
             common = {**common, "attackers": config.attackers, "factor": config.attack_factor}
         flooding = PoisoningSeedFlood if config.attackers else SeedFlood
         return flooding(
-            direction=direction,
-            hops=config.hops or topology.diameter,
+            direction=run_direction(config, model),
+            hops=hops,
             scalar_format=config.scalar_format,
             batched=config.batched_forward,
-            faults=LinkFaults.from_config(config, topology),
+            network=network,
+            repair=repair,
             repair_exchanges=config.repair_exchanges,
             clip=ScalarClip.from_config(config),
             **common,
@@ -143,48 +144,19 @@ def build_algorithm(
 
 
 def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
-    """The run's parts, its model on ``device`` (the CPU by default); call it inside ``with
-    device:`` so that the tensors methods create land there too."""
-    topology = make_topology(
-        config.topology,
-        config.clients,
-        seed=config.seed,
-        degree=config.topology_degree,
-        p=config.topology_p,
-        path=config.edgelist,
-    )
-    data = load_task(
-        config.task,
-        data_dir=config.resolved_data_dir(),
-        seed=config.seed,
-        n_train=config.n_train,
-        n_val=config.n_val,
-        n_test=config.n_test,
-    )
-    shards = partition(
-        data.train, config.clients, seed=config.seed, scheme=config.partition, alpha=config.alpha
-    )
-    model, tokenizer = load_model(config.model, seed=config.seed)
-    model.to(device or torch.device("cpu"))
-    pad_id = tokenizer.pad_token_id
-    parameters = sum(p.numel() for p in model.parameters())
-    algorithm = build_algorithm(
-        config,
-        model,
-        topology,
-        [tokenize(tokenizer, shard, config.max_length) for shard in shards],
-        pad_id,
-    )
-    val = tokenize(tokenizer, data.val[: config.eval_examples or None], config.max_length)
+    """The run's parts and its algorithm, its model on ``device`` (the CPU by default); call it
+    inside ``with device:`` so that the tensors methods create land there too."""
+    parts = build_parts(config, device)
+    parameters = parts.parameters  # before LoRA adds its adapters
     return Experiment(
         config=config,
-        topology=topology,
-        algorithm=algorithm,
-        val=val,
-        test=tokenize(tokenizer, data.test, config.max_length),
-        pad_id=pad_id,
-        data_notes=list(data.notes),
-        data_source=data.source,
+        topology=parts.topology,
+        algorithm=build_algorithm(config, parts),
+        val=parts.val,
+        test=parts.test,
+        pad_id=parts.pad_id,
+        data_notes=parts.data_notes,
+        data_source=parts.data_source,
         parameters=parameters,
     )
 

@@ -1,0 +1,102 @@
+"""config → model, tokenizer, task data, topology, client shards and direction: where both
+runners start.
+
+The simulator builds every client's shard and hands them to an algorithm; a real peer builds the
+same parts but tokenizes only its own shard. Both draw the same data, shards, weights and
+direction from the same config, which is what lets a peer's committed model equal the
+simulator's bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from seedflood.config import RunConfig
+from seedflood.learning.models import load_model
+from seedflood.learning.scoring import TokenizedExample, tokenize
+from seedflood.learning.tasks import Example, load_task, partition
+from seedflood.topology import Topology, make_topology
+from seedflood.zo import DenseDirection, SubCGEDirection, make_direction
+
+
+@dataclass
+class Parts:
+    """What a run is made of before any method touches it. Every client's shard is drawn, but
+    tokenized only when asked for (`shard`), so a peer pays only for its own."""
+
+    model: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    topology: Topology
+    examples: list[list[Example]]
+    val: list[TokenizedExample]
+    test: list[TokenizedExample]
+    data_notes: list[str]
+    data_source: str
+    max_length: int
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def shard(self, client: int) -> list[TokenizedExample]:
+        """Client ``client``'s training examples, tokenized."""
+        return tokenize(self.tokenizer, self.examples[client], self.max_length)
+
+
+def run_topology(config: RunConfig) -> Topology:
+    return make_topology(
+        config.topology,
+        config.clients,
+        seed=config.seed,
+        degree=config.topology_degree,
+        p=config.topology_p,
+        path=config.edgelist,
+    )
+
+
+def build_parts(config: RunConfig, device: torch.device | None = None) -> Parts:
+    """The run's parts with its model on ``device`` (the CPU by default); call it inside ``with
+    device:`` so that the tensors a method creates later land there too."""
+    topology = run_topology(config)  # first: a bad graph is refused before any loading
+    data = load_task(
+        config.task,
+        data_dir=config.resolved_data_dir(),
+        seed=config.seed,
+        n_train=config.n_train,
+        n_val=config.n_val,
+        n_test=config.n_test,
+    )
+    model, tokenizer = load_model(config.model, seed=config.seed)
+    model.to(device or torch.device("cpu"))
+    return Parts(
+        model=model,
+        tokenizer=tokenizer,
+        topology=topology,
+        examples=partition(
+            data.train,
+            config.clients,
+            seed=config.seed,
+            scheme=config.partition,
+            alpha=config.alpha,
+        ),
+        val=tokenize(tokenizer, data.val[: config.eval_examples or None], config.max_length),
+        test=tokenize(tokenizer, data.test, config.max_length),
+        data_notes=list(data.notes),
+        data_source=data.source,
+        max_length=config.max_length,
+    )
+
+
+def run_direction(config: RunConfig, model: nn.Module) -> DenseDirection | SubCGEDirection:
+    """The directions SeedFlood's messages name, over ``model``'s parameters."""
+    return make_direction(
+        config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
+    )
