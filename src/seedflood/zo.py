@@ -31,6 +31,8 @@ import torch
 from torch import nn
 
 DIRECTIONS: tuple[str, ...] = ("subcge", "dense")
+Update = tuple[int, int, float]
+"""(seed, step, coefficient): add coefficient × the direction that seed draws at that step."""
 
 
 class DirectionError(ValueError):
@@ -111,12 +113,12 @@ class DenseDirection:
         for out in outs:
             torch.randn(out.shape, generator=generator, out=out, device=out.device)
 
-    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
+    def apply(self, updates: Sequence[Update]) -> None:
         """Apply (seed, step, coef) updates in the given order."""
         for seed, step, coef in updates:
             self.touch(seed, step).add_(coef)
 
-    def region(self, updates: Sequence[tuple[int, int, float]]) -> Region:
+    def region(self, updates: Sequence[Update]) -> Region:
         return Region([p.data for p in self.params], [None] * len(self.params))
 
 
@@ -212,7 +214,7 @@ class SubCGEDirection:
             values.append(v[col] * (scale * sign))
         return Touch(views, values)
 
-    def region(self, updates: Sequence[tuple[int, int, float]]) -> Region:
+    def region(self, updates: Sequence[Update]) -> Region:
         """The rows of each matrix that any of the updates touches."""
         if not updates:
             return Region([], [])
@@ -224,7 +226,7 @@ class SubCGEDirection:
         return Region(list(self.matrices), [mask.nonzero().flatten() for mask in touched])
 
     def _terms(
-        self, updates: Sequence[tuple[int, int, float]]
+        self, updates: Sequence[Update]
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per chunk, epoch and matrix: (matrix, basis, rows, columns, factors) of the updates, in
         order. A factor is coef · sign · √(m·r): the update adds factor · V_e[:, column] to the row.
@@ -245,7 +247,7 @@ class SubCGEDirection:
                     factors = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)
                     yield w, v, rows[index, selected], cols[index, selected], factors
 
-    def apply(self, updates: Sequence[tuple[int, int, float]]) -> None:
+    def apply(self, updates: Sequence[Update]) -> None:
         """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
 
         ``index_add_`` on the CPU adds rows in index order, so the result equals applying the
@@ -254,7 +256,7 @@ class SubCGEDirection:
         for w, v, rows, cols, factors in self._terms(updates):
             w.index_add_(0, rows, v[cols] * factors[:, None])
 
-    def apply_merged(self, updates: Sequence[tuple[int, int, float]]) -> None:
+    def apply_merged(self, updates: Sequence[Update]) -> None:
         """Apply many updates as one scatter into A (m × r) and one merge W += A V_eᵀ per matrix:
         O(K + r·d), the cheaper path when K is large.
 
@@ -266,9 +268,7 @@ class SubCGEDirection:
             w.add_(coefficients @ v)
 
 
-def _chunks(
-    updates: Sequence[tuple[int, int, float]], size: int = 4096
-) -> Iterator[Sequence[tuple[int, int, float]]]:
+def _chunks(updates: Sequence[Update], size: int = 4096) -> Iterator[Sequence[Update]]:
     """Bounded slices of a long update list: with a thousand clients a view can hold hundreds of
     thousands of messages, whose coordinates all at once would take gigabytes."""
     for start in range(0, len(updates), size):
@@ -336,7 +336,7 @@ class Region:
 
 @contextmanager
 def applied(
-    direction: DenseDirection | SubCGEDirection, updates: Sequence[tuple[int, int, float]]
+    direction: DenseDirection | SubCGEDirection, updates: Sequence[Update]
 ) -> Iterator[None]:
     """The model with ``updates`` applied for the duration of the ``with`` block, then exactly as
     before: how a client's view is entered and left without a copy of the model."""

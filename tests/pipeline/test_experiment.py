@@ -16,7 +16,7 @@ from seedflood.learning.models import load_model
 from seedflood.pipeline.costs import random_scenario
 from seedflood.pipeline.experiment import compare_grid, replay_losses, run_pipeline, time_to
 from seedflood.pipeline.report import cells, write_pipeline_report
-from seedflood.pipeline.simulation import simulate
+from seedflood.pipeline.routers import simulate
 from seedflood.pipeline.stages import PipelineTrainer, split_llama
 
 TEXTS = [f"review {i}: {'a delight' if i % 2 else 'a bore'}" for i in range(32)]

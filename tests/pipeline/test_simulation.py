@@ -31,7 +31,8 @@ from seedflood.pipeline.costs import (
     activation_bytes,
     random_scenario,
 )
-from seedflood.pipeline.simulation import SimResult, simulate
+from seedflood.pipeline.records import SimResult
+from seedflood.pipeline.routers import simulate
 
 HOP = SAME_REGION_LATENCY_S  # a same-region transfer of zero activation bytes
 TIMEOUT = 5.0

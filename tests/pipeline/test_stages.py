@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from seedflood.learning.models import cache_dir, load_model
+from seedflood.learning.models import converted_model_dir, load_model
 from seedflood.pipeline.calibration import llama_from_smollm2, measure_stage_seconds
 from seedflood.pipeline.stages import (
     IGNORE_INDEX,
@@ -318,7 +318,7 @@ def test_measure_stage_seconds_times_a_forward(tiny: PreTrainedModel) -> None:
 def test_llama_from_smollm2_has_smollm2_shape_without_downloads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    cached = (cache_dir() / "smollm2-135m-instruct" / "config.json").is_file()
+    cached = (converted_model_dir() / "config.json").is_file()
     from_cache = llama_from_smollm2(layers=1, seed=0) if cached else None
     monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path))
     published = llama_from_smollm2(layers=1, seed=0)

@@ -10,7 +10,7 @@ import pytest
 
 from seedflood.pipeline.churn import ChurnSchedule, Crash
 from seedflood.pipeline.costs import DataHolder, Relay, Scenario
-from seedflood.pipeline.simulation import simulate
+from seedflood.pipeline.routers import simulate
 from seedflood.pipeline.swarm import (
     StageBalancer,
     ThroughputEma,

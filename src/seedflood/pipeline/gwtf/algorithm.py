@@ -26,8 +26,8 @@ to the end (suffix); the path cost is their sum.
 A node that hands a link end to a peer keeps a forwarding pointer, so messages in flight about
 that link still reach its holder.
 
-The message vocabulary lives in ``gwtf_messages``, the link ends and their request/accept/
-push-back protocol in ``gwtf_links``, the annealing moves in ``gwtf_moves``; this module
+The message vocabulary lives in ``gwtf.messages``, the link ends and their request/accept/
+push-back protocol in ``gwtf.links``, the annealing moves in ``gwtf.moves``; this module
 completes the node with its tick and churn repair, and runs the nodes.
 """
 

@@ -4,7 +4,7 @@ GWTF's flow nodes (gwtf.md §4.3) route units of flow hop by hop. ``LinkNode`` i
 node that holds its inflow and outflow link ends and their costs, requests and accepts links,
 propagates prefix and suffix costs, pushes back stale inflows, cancels dangling outflows, audits
 the other ends, and forwards messages about link ends it handed to a peer. The annealing moves
-build on it (``gwtf_moves``); a node's tick and churn repair complete it (``gwtf``).
+build on it (``gwtf.moves``); a node's tick and churn repair complete it (``gwtf.algorithm``).
 """
 
 from __future__ import annotations
