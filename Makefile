@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The inner loop: everything but the tests marked slow (the real SmolLM2 model, real peer processes).
+# The inner loop: all but the tests marked slow (the real model, real processes, long runs).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

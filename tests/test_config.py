@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from seedflood.cli import app
 from seedflood.config import ConfigError, RunConfig, load_config, parse_override
 from seedflood.learning.models import load_model
-from seedflood.zo import make_direction
+from seedflood.zo import DirectionError, make_direction
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -155,7 +155,7 @@ def test_eval_clients_above_clients_is_accepted_for_clamping() -> None:
 def test_rank_above_a_matrix_dimension_names_the_matrix_and_its_shape() -> None:
     model, _ = load_model("tiny", seed=0)
     with pytest.raises(
-        ConfigError,
+        DirectionError,
         match=r"key 'rank'.*between 1 and the smallest matrix input dimension \(64\); got 65\. "
         r"Matrix model\.layers\.0\.self_attn\.q_proj\.weight has shape 64x64.*set rank <= 64",
     ):

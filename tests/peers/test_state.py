@@ -219,23 +219,31 @@ class FakeLink:
         return set(messages_for)
 
 
-class Host(Exchange):
-    """The flooding half of a peer process around one `PeerState`, without a network."""
+class Wiring:
+    """Neighbours without a membership: a banned peer just drops out."""
 
-    def __init__(self, state: PeerState, key: Ed25519PrivateKey, context: Context, root: Path):
-        self.config = load_config(None, ["scalar_format=fp32"])
-        self.cond = threading.Condition()
+    def __init__(self, door: Door) -> None:
+        self.door = door
         self.neighbors = {1: "peer-1", 2: "peer-2"}
-        self.edges = {}
-        self.link = FakeLink()  # type: ignore[assignment]
-        self.state, self.signing_key, self.context = state, key, context
-        self.local_steps = state.local_steps
-        self.door = Door(context, self.local_steps)
-        self.store = BatchStore(root / "batches.jsonl")
-        self.signature_bytes = 0
 
-    def _rewire(self) -> None:
+    def rewire(self) -> None:
         self.neighbors = {i: p for i, p in self.neighbors.items() if p not in self.door.banned}
+
+
+def host(state: PeerState, key: Ed25519PrivateKey, context: Context, root: Path) -> Exchange:
+    """The flooding part of a peer process around one `PeerState`, without a network."""
+    door = Door(context, state.local_steps)
+    return Exchange(
+        config=load_config(None, ["scalar_format=fp32"]),
+        cond=threading.Condition(),
+        link=FakeLink(),  # type: ignore[arg-type]
+        wiring=Wiring(door),
+        state=state,
+        door=door,
+        store=BatchStore(root / "batches.jsonl"),
+        context=context,
+        signing_key=key,
+    )
 
 
 def test_a_peer_floods_only_signed_batches_and_bans_whoever_delivers_a_forgery(
@@ -248,30 +256,30 @@ def test_a_peer_floods_only_signed_batches_and_bans_whoever_delivers_a_forgery(
         for index, key in enumerate(keys):
             state.members.seats[index].key = public_hex(key)
     context = Context.of("run", [f"peer-{i}" for i in range(3)])
-    hosts = [Host(cluster.states[i], keys[i], context, tmp_path / f"host{i}") for i in range(3)]
+    hosts = [host(cluster.states[i], keys[i], context, tmp_path / f"host{i}") for i in range(3)]
     messages, _ = cluster.states[1].originate(0)
-    batch = hosts[1]._sign_own(0, messages)
+    batch = hosts[1].sign_own(0, messages)
     frame = Frame(batch_header(context, [batch]), batch_body([batch], "fp32"))
-    assert hosts[0]._take("peer-1", frame) == 2
+    assert hosts[0].take("peer-1", frame) == 2
     # pushed on whole, with its origin's signature, to every neighbour but the sender
     [(target, forwarded)] = hosts[0].link.pushed
     assert target == "peer-2" and forwarded == frame
-    assert hosts[0]._take("peer-2", frame) == 0 and len(hosts[0].link.pushed) == 1
+    assert hosts[0].take("peer-2", frame) == 0 and len(hosts[0].link.pushed) == 1
     # peer-2 forwards a copy with one scalar changed: refused, counted, peer-2 banned
     messages, _ = cluster.states[2].originate(0)
-    honest = hosts[2]._sign_own(0, messages)
+    honest = hosts[2].sign_own(0, messages)
     forged = SignedBatch(2, 0, (messages[0], replace(messages[1], scalar=1.0)), {}, b"")
     forged.signature = honest.signature
     frame = Frame(batch_header(context, [forged]), batch_body([forged], "fp32"))
-    assert hosts[0]._take("peer-2", frame) == 0
+    assert hosts[0].take("peer-2", frame) == 0
     assert hosts[0].door.rejected["forged"] == 1 and list(hosts[0].door.banned) == ["peer-2"]
-    assert hosts[0].neighbors == {1: "peer-1"}
+    assert hosts[0].wiring.neighbors == {1: "peer-1"}
     # a banned peer's frames are dropped unread, even valid ones; the same batch via peer-1 is in
     valid = Frame(batch_header(context, [honest]), batch_body([honest], "fp32"))
-    assert hosts[0]._take("peer-2", valid) == 0 and 2 not in hosts[0].state.pending.get(0, {})
-    assert hosts[0]._take("peer-1", valid) == 2 and hosts[0].state.pending[1][2] == messages[1]
-    own = hosts[0]._sign_own(0, cluster.states[0].originate(0)[0])
-    hosts[0]._push(dict(hosts[0].neighbors), [own], [])
+    assert hosts[0].take("peer-2", valid) == 0 and 2 not in hosts[0].state.pending.get(0, {})
+    assert hosts[0].take("peer-1", valid) == 2 and hosts[0].state.pending[1][2] == messages[1]
+    own = hosts[0].sign_own(0, cluster.states[0].originate(0)[0])
+    hosts[0].push(dict(hosts[0].wiring.neighbors), [own], [])
     assert [target for target, _ in hosts[0].link.pushed] == ["peer-2", "peer-1"]
     # what it holds, it serves whole and signed: a restarted peer loads it from the store
     assert [b.signature for b in BatchStore(tmp_path / "host0" / "batches.jsonl").load()] == [

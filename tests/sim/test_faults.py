@@ -49,6 +49,7 @@ def test_twenty_percent_loss_on_a_ring_of_16_ends_with_the_loss_free_hash(tiny) 
     assert clean.traffic()["repair_bytes_per_edge_max"] == 0.0
 
 
+@pytest.mark.slow  # 205 rounds
 def test_a_partition_of_200_steps_heals_to_one_hash(tiny) -> None:
     ring = make_topology("ring", 8)
     cut = LinkFaults(cut_rounds=(5, 205), cut_edges=cut_edges(ring, None))

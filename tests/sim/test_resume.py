@@ -112,6 +112,7 @@ def uninterrupted(
     return finished
 
 
+@pytest.mark.slow  # nine real `seedflood run` processes killed mid-run and resumed
 @pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("point", ["round", "history", "checkpoint"])
 def test_killed_and_resumed_equals_uninterrupted(
@@ -272,6 +273,7 @@ def test_bad_kill_request_is_refused(
         run(config_of(data_dir, "dsgd"), tmp_path)
 
 
+@pytest.mark.slow  # a real `seedflood compare` process killed mid-run
 def test_compare_resumes_an_interrupted_run_from_its_checkpoint(
     data_dir: Path, tmp_path: Path, uninterrupted: dict[str, tuple[dict, list[dict]]]
 ) -> None:

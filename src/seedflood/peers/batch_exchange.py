@@ -2,8 +2,8 @@
 
 Everything that arrives, pushed or pulled, passes the door (`seedflood.peers.inbox`) batch by batch
 before `PeerState` sees it, and only what passed is pushed on, whole and with its origin's
-signature. Frames from a banned peer are dropped unread. Part of `seedflood.peers.node.Node`, split
-out to keep each file readable.
+signature. Frames from a banned peer are dropped unread. The node owns one `Exchange`; who the
+neighbours are is its seating's business (`seedflood.peers.seats`), reached through `Wiring`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from seedflood.peers.crypto import Context, SignedBatch, parse_public
 from seedflood.peers.inbox import Verdict, batch_body, batch_header, read_batches
+from seedflood.peers.options import PeerError, Say
 from seedflood.peers.p2p import (
     FAULTS_VARIABLE,
     SYNC_PROTOCOL,
@@ -25,7 +26,6 @@ from seedflood.peers.p2p import (
     TransportError,
     parse_faults,
 )
-from seedflood.peers.seats import PeerError
 from seedflood.peers.state import Members
 from seedflood.protocol.antientropy import Digest, decode_digest, digest_of_pending, encode_digest
 from seedflood.protocol.messages import SCALAR_BYTES, CodecError, Message
@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 
     from seedflood.config import RunConfig
     from seedflood.peers.inbox import BatchStore, Door
-    from seedflood.peers.p2p import EventLoopThread
+    from seedflood.peers.p2p import EventLoopThread, Handler
     from seedflood.peers.state import PeerState
+
+__all__ = ["Exchange", "Wiring", "open_link"]
 
 LET_IN = (Verdict.ACCEPTED, Verdict.DUPLICATE)
 
@@ -46,50 +48,69 @@ def _lacks(digest: Digest, message: Message) -> bool:
     return not digest.held(message.step) >> message.origin & 1
 
 
-class Exchange:
-    """The flooding half of `seedflood.peers.node.Node`."""
+def open_link(p2p: Any, runner: EventLoopThread, handlers: Mapping[str, Handler], say: Say) -> Link:
+    """The plain link, or, when ``$SEEDFLOOD_LINK_FAULTS`` asks for it (tests do), a link
+    that drops, repeats, delays or corrupts flood pushes on purpose."""
+    faults = os.environ.get(FAULTS_VARIABLE, "")
+    if not faults:
+        return Link(p2p, runner, handlers, timeout=10.0)
+    try:
+        rates, seed = parse_faults(faults)
+    except ValueError as error:
+        raise PeerError(str(error)) from None
+    say(f"link faults on purpose: {faults}")
+    return FaultyLink(p2p, runner, handlers, 10.0, rates=rates, seed=seed)
 
-    config: RunConfig
-    cond: threading.Condition
+
+class Wiring(Protocol):
+    """Who the neighbours are, recomputed when members come, go or are banned."""
+
     neighbors: dict[int, str]
-    edges: dict[tuple[int, int], EdgeTraffic]
-    link: Link
-    state: PeerState
-    door: Door
-    store: BatchStore
-    context: Context
-    signing_key: Ed25519PrivateKey
-    local_steps: int
-    signature_bytes: int
-    say: Callable[[str], None]
-    runner: EventLoopThread
-    _rewire: Callable[[], None]
 
-    def _link(self, p2p: Any, handlers: dict[str, Any]) -> Link:
-        """The plain link, or, when ``$SEEDFLOOD_LINK_FAULTS`` asks for it (tests do), a link
-        that drops, repeats, delays or corrupts flood pushes on purpose."""
-        faults = os.environ.get(FAULTS_VARIABLE, "")
-        if not faults:
-            return Link(p2p, self.runner, handlers, timeout=10.0)
-        try:
-            rates, seed = parse_faults(faults)
-        except ValueError as error:
-            raise PeerError(str(error)) from None
-        self.say(f"link faults on purpose: {faults}")
-        return FaultyLink(p2p, self.runner, handlers, 10.0, rates=rates, seed=seed)
+    def rewire(self) -> None: ...
 
-    def _on_flood(self, caller: str, data: bytes) -> None:
-        self._take(caller, Frame.decode(data))
+
+class Exchange:
+    """This peer's traffic in signed batches. Built only once the seat is known: the member
+    table, the door and the signing context all follow from it."""
+
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        cond: threading.Condition,
+        link: Link,
+        wiring: Wiring,
+        state: PeerState,
+        door: Door,
+        store: BatchStore,
+        context: Context,
+        signing_key: Ed25519PrivateKey,
+    ) -> None:
+        self.config, self.cond, self.link, self.wiring = config, cond, link, wiring
+        self.state, self.door, self.store = state, door, store
+        self.context, self.signing_key = context, signing_key
+        self.edges: dict[tuple[int, int], EdgeTraffic] = {}
+        self.signature_bytes = 0
+
+    def restore(self) -> None:
+        """Take back what was held before a crash, with its signatures."""
+        for batch in self.store.load():
+            self.door.batches[(batch.origin, batch.round)] = batch
+            self.state.receive(batch.messages, batch.controls)
+
+    def on_flood(self, caller: str, data: bytes) -> None:
+        self.take(caller, Frame.decode(data))
         return None
 
-    def _take(self, caller: str, frame: Frame) -> int:
+    def take(self, caller: str, frame: Frame) -> int:
         """Let in what a flood or sync frame brings that passes the door, hold what is new, and
         push its batches on to every neighbour but the one it came from; how many messages were
         new."""
         if caller in self.door.banned:
             return 0
         try:
-            stated, batches = read_batches(frame.header, frame.body, self.local_steps)
+            stated, batches = read_batches(frame.header, frame.body, self.state.local_steps)
         except ValueError:  # not a frame an honest peer sends; TransportError-like
             return 0
         with self.cond:
@@ -97,19 +118,19 @@ class Exchange:
             seats = len(self.state.members.seats)
             verdicts = [self._admit_batch(caller, stated, batch) for batch in batches]
             passed = [b for b, (verdict, fresh) in zip(batches, verdicts, strict=True) if fresh]
-            passed += self._settled()
+            passed += self.settled()
             gone = [
                 (int(index), int(step))
                 for index, step in frame.header.get("gone", [])
                 if caller not in self.door.banned and self.state.depart(int(index), int(step))
             ]
             if gone or len(self.state.members.seats) != seats or len(self.door.banned) > banned:
-                self._rewire()
+                self.wiring.rewire()
             if passed or gone:
                 self.cond.notify_all()
-            targets = {i: p for i, p in self.neighbors.items() if p != caller}
+            targets = {i: p for i, p in self.wiring.neighbors.items() if p != caller}
         if passed or gone:
-            self._push(targets, passed, gone)
+            self.push(targets, passed, gone)
         return sum(fresh for _, fresh in verdicts)
 
     def _admit_batch(self, caller: str, stated: Context, batch: SignedBatch) -> tuple[Verdict, int]:
@@ -124,13 +145,13 @@ class Exchange:
             self.store.add([batch])
         return verdict, len(self.state.receive(batch.messages, batch.controls))
 
-    def _settled(self) -> list[SignedBatch]:
+    def settled(self) -> list[SignedBatch]:
         """Batches that waited for their origin's admission and now pass; call under the lock."""
         passed = self.door.settle(self.state.members, self.state.committed_step)
         self.store.add(passed)
         return [b for b in passed if self.state.receive(b.messages, b.controls)]
 
-    def _on_sync(self, caller: str, data: bytes) -> bytes:
+    def on_sync(self, caller: str, data: bytes) -> bytes:
         """Answer a pull with the batches the caller's digest lacks (all since its committed
         prefix when it sent none): anti-entropy, so a lossy link costs what was lost."""
         request = Frame.decode(data)
@@ -149,7 +170,7 @@ class Exchange:
         header = {**batch_header(self.context, batches), "members": members}
         return Frame(header, batch_body(batches, self.config.scalar_format)).encode()
 
-    def _on_join(self, caller: str, data: bytes) -> bytes:
+    def on_join(self, caller: str, data: bytes) -> bytes:
         header = Frame.decode(data).header
         peer_id, key = str(header["peer"]), str(header.get("key", ""))
         if parse_public(key) is None:
@@ -161,7 +182,7 @@ class Exchange:
             members = self.state.members.to_json()
         return Frame({"index": index, "first_step": seat.first_step, "members": members}).encode()
 
-    def _sign_own(self, round_index: int, messages: Sequence[Message]) -> SignedBatch:
+    def sign_own(self, round_index: int, messages: Sequence[Message]) -> SignedBatch:
         """This client's batch of the round, signed, kept and stored; call under the lock."""
         carried = {
             m.key: self.state.carried[m.key] for m in messages if m.key in self.state.carried
@@ -172,7 +193,7 @@ class Exchange:
         self.store.add([batch])
         return batch
 
-    def _push(
+    def push(
         self, targets: dict[int, str], batches: list[SignedBatch], gone: list[tuple[int, int]]
     ) -> None:
         header: dict[str, Any] = batch_header(self.context, batches)
@@ -194,7 +215,7 @@ class Exchange:
                     edge.header_bytes += len(body) - messages * scalar_bytes
                     self.signature_bytes += signatures
 
-    def _pull(self, peers: list[str]) -> int:
+    def pull(self, peers: list[str]) -> int:
         """Fetch what ``peers`` hold beyond this peer's committed prefix; new messages found."""
         found = 0
         for peer in peers:
@@ -214,6 +235,6 @@ class Exchange:
                 continue  # a reply no honest peer sends: ask the next one
             with self.cond:
                 if self.state.learn(members):
-                    self._rewire()
-            found += self._take(peer, frame)
+                    self.wiring.rewire()
+            found += self.take(peer, frame)
         return found

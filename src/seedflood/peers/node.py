@@ -21,8 +21,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,34 +31,24 @@ from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
 from seedflood.learning.scoring import accuracy, majority_rate
-from seedflood.peers.batch_exchange import Exchange
+from seedflood.peers.batch_exchange import Exchange, open_link
 from seedflood.peers.crypto import Context, load_or_create_key, public_hex
 from seedflood.peers.inbox import BatchStore, Door
 from seedflood.peers.membership import MembershipError, check_run_id
-from seedflood.peers.p2p import FLOOD_PROTOCOL, JOIN_PROTOCOL, SYNC_PROTOCOL, EventLoopThread
-from seedflood.peers.seats import PeerError, Say, Seating
-from seedflood.peers.state import PeerState
+from seedflood.peers.options import PeerError, PeerOptions, Say
+from seedflood.peers.p2p import (
+    FLOOD_PROTOCOL,
+    JOIN_PROTOCOL,
+    SYNC_PROTOCOL,
+    EventLoopThread,
+    Handler,
+)
+from seedflood.peers.seats import Seating, start_dht
+from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
 
 __all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
-
-
-@dataclass
-class PeerOptions:
-    """How one peer process runs; the training itself is the run's config."""
-
-    run_id: str
-    state_dir: Path
-    out_dir: Path
-    initial_peers: list[str] = field(default_factory=list)
-    host: str = "127.0.0.1"
-    port: int = 0
-    ttl: float = 6.0
-    pace: float = 0.0
-    evaluate: bool = True
-    start_timeout: float = 120.0
-    linger: float = 60.0
 
 
 class RoundClock:
@@ -77,27 +65,23 @@ class RoundClock:
         return max(self.floor, statistics.median(self.durations) if self.durations else 0.0)
 
 
-class Node(Seating, Exchange):
-    """One peer process: the state, the link, the membership, and the loops that drive them."""
+class Node:
+    """One peer process: the state, the link, its seating and exchange, and the loops that
+    drive them. One lock (``cond``) guards the state and what seating and exchange keep."""
 
     def __init__(self, config: RunConfig, options: PeerOptions, say: Say) -> None:
         self.config, self.options, self.say = config, options, say
         self.local_steps = config.steps_per_round
         self.cond = threading.Condition()
-        self.edges: dict[tuple[int, int], EdgeTraffic] = {}
-        self.neighbors: dict[int, str] = {}
-        self.live_ids: set[str] = set()
         self.clock = RoundClock(floor=0.2)
         self.history: list[dict[str, Any]] = []
         self.stopping = threading.Event()
-        self.done = False
-        self.signature_bytes = 0
 
     # -- start-up -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        import hivemind
-
+        """Bring the parts up in the order each becomes possible: the link before the seat (a
+        joiner asks for its seat over it), the state after it, and the exchange last."""
         options = self.options
         options.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = (options.state_dir / "lock").open("w")
@@ -105,57 +89,49 @@ class Node(Seating, Exchange):
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
-        self.signing_key = load_or_create_key(options.state_dir)
-        self.public_key = public_hex(self.signing_key)
+        signing_key = load_or_create_key(options.state_dir)
         torch.manual_seed(self.config.seed)
         self.parts = build_parts(self.config)
-        self.dht = self._start_dht(hivemind)
+        self.dht = start_dht(options, self.say)
         addresses = [str(a) for a in self.dht.get_visible_maddrs()]
         atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
         self.say(f"peer {self.dht.peer_id.to_base58()} listening on {' '.join(addresses)}")
         self.runner = EventLoopThread()
         p2p = self.runner.run(self.dht.replicate_p2p())
-        handlers = {FLOOD_PROTOCOL: self._on_flood, SYNC_PROTOCOL: self._on_sync}
-        handlers[JOIN_PROTOCOL] = self._on_join
-        self.link = self._link(p2p, handlers)
-        self.index = -1
-        self._renewer = threading.Thread(target=self._renew, daemon=True)
-        me, members, joined = self._seat()
-        self.index = me
-        parts = self.parts
-        self.state = PeerState(
-            me=me,
-            members=members,
-            model=parts.model,
-            direction=run_direction(self.config, parts.model),
-            shard=parts.shard(me % self.config.clients),
-            pad_id=parts.pad_id,
-            state_dir=options.state_dir,
-            clients=self.config.clients,
-            lr=self.config.lr,
-            eps=self.config.eps,
-            batch_size=self.config.batch_size,
-            local_steps=self.local_steps,
-            staleness=self.config.staleness,
-            scalar_format=self.config.scalar_format,
-            run_seed=self.config.seed,
-            hash_every=self.config.hash_every,
-            snapshot_every=self.config.snapshot_every,
-            on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
-            clip=ScalarClip.from_config(self.config),
+        self.link = open_link(p2p, self.runner, self._handlers(), self.say)
+        self.seating = Seating(
+            self.config,
+            options,
+            self.say,
+            self.cond,
+            self.stopping,
+            dht=self.dht,
+            link=self.link,
+            key=public_hex(signing_key),
         )
+        me, members, joined = self.seating.take_seat()
+        self.state = self._new_state(me, members)
         atomic_write_json(
             options.state_dir / "peer.json",
             {"run_id": options.run_id, "index": me, "joined": joined},
         )
         seats = self.state.members.seats
         initial = [seats[i].peer_id for i in range(self.config.clients)]
-        self.context = Context.of(options.run_id, initial)
-        self.door = Door(self.context, self.local_steps, say=self.say)
-        self.store = BatchStore(options.state_dir / "batches.jsonl")
-        for batch in self.store.load():  # what was held before a crash, with its signatures
-            self.door.batches[(batch.origin, batch.round)] = batch
-            self.state.receive(batch.messages, batch.controls)
+        context = Context.of(options.run_id, initial)
+        self.door = Door(context, self.local_steps, say=self.say)
+        self.exchange = Exchange(
+            config=self.config,
+            cond=self.cond,
+            link=self.link,
+            wiring=self.seating,
+            state=self.state,
+            door=self.door,
+            store=BatchStore(options.state_dir / "batches.jsonl"),
+            context=context,
+            signing_key=signing_key,
+        )
+        self.exchange.restore()
+        self.seating.seated(self.state, self.door)
         if self.state.members.seats[me].gone_from is not None:
             raise PeerError(
                 f"client {me} was declared gone from step {self.state.members.seats[me].gone_from}"
@@ -164,6 +140,40 @@ class Node(Seating, Exchange):
         self.link.start()
         if self.state.replayed:
             self.say(f"client {me}: replayed {self.state.replayed} logged messages")
+
+    def _new_state(self, me: int, members: Members) -> PeerState:
+        config, parts = self.config, self.parts
+        return PeerState(
+            me=me,
+            members=members,
+            model=parts.model,
+            direction=run_direction(config, parts.model),
+            shard=parts.shard(me % config.clients),
+            pad_id=parts.pad_id,
+            state_dir=self.options.state_dir,
+            clients=config.clients,
+            lr=config.lr,
+            eps=config.eps,
+            batch_size=config.batch_size,
+            local_steps=self.local_steps,
+            staleness=config.staleness,
+            scalar_format=config.scalar_format,
+            run_seed=config.seed,
+            hash_every=config.hash_every,
+            snapshot_every=config.snapshot_every,
+            on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
+            clip=ScalarClip.from_config(config),
+        )
+
+    def _handlers(self) -> dict[str, Handler]:
+        """What the link serves. It exists before the exchange (a joiner needs it to ask for a
+        seat), so these find the exchange when called: the link serves nothing before its
+        ``start``, which follows the exchange."""
+        return {
+            FLOOD_PROTOCOL: lambda caller, data: self.exchange.on_flood(caller, data),
+            SYNC_PROTOCOL: lambda caller, data: self.exchange.on_sync(caller, data),
+            JOIN_PROTOCOL: lambda caller, data: self.exchange.on_join(caller, data),
+        }
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -176,17 +186,17 @@ class Node(Seating, Exchange):
             with self.cond:
                 if self.state.commit():
                     since = last_pull = time.monotonic()
-                settled = self._settled() if self.door.waiting else []
-                targets, finished = dict(self.neighbors), ready()
+                settled = self.exchange.settled() if self.door.waiting else []
+                targets, finished = dict(self.seating.neighbors), ready()
                 if not finished and not settled:
                     self.cond.wait(0.05)
             if settled:
-                self._push(targets, settled, [])
+                self.exchange.push(targets, settled, [])
             if finished:
                 return
             now, typical = time.monotonic(), self.clock.typical()
             if now - last_pull > 3 * typical:
-                self._pull(self._others())
+                self.exchange.pull(self.seating.others())
                 last_pull = time.monotonic()
             if now - since > max(10 * typical, 3 * self.options.ttl):
                 self._declare_vanished()
@@ -202,7 +212,7 @@ class Node(Seating, Exchange):
         """The sponsor declares missing members that left the DHT gone, after pulling once more
         so that the declaration does not cut off a message someone still holds."""
         with self.cond:
-            seats, live = self.state.members.seats, self.live_ids
+            seats, live = self.state.members.seats, self.seating.live_ids
             vanished = [i for i in self.state.missing() if seats[i].peer_id not in live]
             present = [
                 i
@@ -211,7 +221,7 @@ class Node(Seating, Exchange):
             ]
         if not vanished or min(present) != self.state.me:
             return
-        self._pull(self._others())
+        self.exchange.pull(self.seating.others())
         with self.cond:
             gone = []
             for index in vanished:
@@ -219,10 +229,10 @@ class Node(Seating, Exchange):
                 if self.state.depart(index, step):
                     gone.append((index, step))
                     self.say(f"declared client {index} gone from step {step}")
-            self._rewire()
-            targets = dict(self.neighbors)
+            self.seating.rewire()
+            targets = dict(self.seating.neighbors)
         if gone:
-            self._push(targets, [], gone)
+            self.exchange.push(targets, [], gone)
 
     def run(self, progress: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         started = time.perf_counter()
@@ -231,10 +241,8 @@ class Node(Seating, Exchange):
         if (self.options.out_dir / "history.jsonl").is_file():
             self.history = read_jsonl(self.options.out_dir / "history.jsonl")
         last_step = config.rounds * self.local_steps - 1
-        with self.cond:
-            self.live_ids = {m.peer_id for m in self.membership.members()}
-            self._rewire()
-        self._pull(self._others())
+        self.seating.look_around()
+        self.exchange.pull(self.seating.others())
         self._wait(lambda: True, "the catch-up")
         if self.options.evaluate:
             self.zero_shot = cached_accuracy(
@@ -254,9 +262,9 @@ class Node(Seating, Exchange):
             messages, losses = state.originate(next_round, guard=self.cond)
             with self.cond:
                 self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
-                targets = dict(self.neighbors)
-                batch = self._sign_own(next_round, messages)
-            self._push(targets, [batch], [])
+                targets = dict(self.seating.neighbors)
+                batch = self.exchange.sign_own(next_round, messages)
+            self.exchange.push(targets, [batch], [])
             done = next_round + 1
             record = {"round": done, "train_loss": sum(losses) / len(losses)}
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):
@@ -278,8 +286,7 @@ class Node(Seating, Exchange):
             round_started = time.monotonic()
         self._wait(lambda: state.committed_step >= last_step, "the last step")
         results = self._results(started, train_seconds)
-        self.done = True
-        self.membership.announce(self.index, True)
+        self.seating.finish()
         self._linger()
         results.update(self._traffic())
         atomic_write_json(self.options.out_dir / "results.json", results)
@@ -292,7 +299,7 @@ class Node(Seating, Exchange):
         while time.monotonic() < deadline:
             with self.cond:
                 self.state.commit()
-            members = self.membership.members()
+            members = self.seating.membership.members()
             if all(m.done for m in members if m.index >= 0):
                 return
             time.sleep(0.2)
@@ -300,7 +307,7 @@ class Node(Seating, Exchange):
 
     def _traffic(self) -> dict[str, Any]:
         with self.cond:
-            edges = {key: EdgeTraffic(**vars(edge)) for key, edge in self.edges.items()}
+            edges = {key: EdgeTraffic(**vars(edge)) for key, edge in self.exchange.edges.items()}
         counters = self.link.counters
         return {
             **edge_summary(edges),
@@ -311,7 +318,7 @@ class Node(Seating, Exchange):
             "repair_bytes_sent": counters.sent.get(SYNC_PROTOCOL, 0),
             "repair_bytes_received": counters.received.get(SYNC_PROTOCOL, 0),
             "wire_bytes_sent": sum(counters.sent.values()),
-            "signature_bytes_sent": self.signature_bytes,
+            "signature_bytes_sent": self.exchange.signature_bytes,
             "link_faults": self.link.fault_counts(),
         }
 
@@ -327,7 +334,7 @@ class Node(Seating, Exchange):
             "version": __version__,
             "run_id": self.options.run_id,
             "client": state.me,
-            "peer_id": self.membership.me.peer_id,
+            "peer_id": self.seating.membership.me.peer_id,
             "state_hash": state.state_hash(),
             "committed_step": state.committed_step,
             "clipped_messages": state.clip.clipped if state.clip is not None else 0,

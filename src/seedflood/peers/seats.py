@@ -3,7 +3,7 @@
 A peer starts its DHT node, then takes its client index: one of the run's first ``clients``
 peers, a peer restarting from its state dir, or a joiner admitted by a sponsor. Afterwards it
 renews its membership record and recomputes its neighbours as members come, go or are banned.
-Part of `seedflood.peers.node.Node`, split out to keep each file readable.
+The node owns one `Seating`; its exchange rewires through it when the member table changes.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from seedflood.peers.membership import Membership
+from seedflood.peers.options import PeerError, PeerOptions, Say
 from seedflood.peers.p2p import JOIN_PROTOCOL, Frame
 from seedflood.peers.state import Members, Seat
 from seedflood.topology import TopologyError, make_topology
@@ -22,89 +22,99 @@ from seedflood.topology import TopologyError, make_topology
 if TYPE_CHECKING:
     from seedflood.config import RunConfig
     from seedflood.peers.inbox import Door
-    from seedflood.peers.node import PeerOptions
     from seedflood.peers.p2p import Link
     from seedflood.peers.state import PeerState
 
-Say = Callable[[str], None]
+__all__ = ["Seating", "start_dht"]
 
 
-class PeerError(RuntimeError):
-    """What stops a peer, phrased for its operator."""
+def start_dht(options: PeerOptions, say: Say, attempts: int = 4) -> Any:
+    """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
+    on a loaded machine or a slow link: try again a few times before giving up."""
+    import hivemind
+    from hivemind.p2p import P2PDaemonError
+
+    attempt = 1
+    while True:
+        try:
+            return hivemind.DHT(
+                initial_peers=options.initial_peers or None,
+                host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
+                identity_path=str(options.state_dir / "identity.key"),
+                check_if_identity_free=False,
+                start=True,
+            )
+        except P2PDaemonError as error:
+            if attempt == attempts:
+                raise PeerError(
+                    f"could not join through {' '.join(options.initial_peers)} after "
+                    f"{attempts} attempts: {error}"
+                ) from None
+            say(f"could not reach the bootstrap peers ({error}); retrying")
+            time.sleep(2.0 * attempt)
+            attempt += 1
 
 
 class Seating:
-    """The membership half of `seedflood.peers.node.Node`."""
+    """This peer's seat, its membership record, and who its neighbours are.
 
-    config: RunConfig
-    options: PeerOptions
-    say: Say
-    cond: threading.Condition
-    stopping: threading.Event
-    neighbors: dict[int, str]
-    live_ids: set[str]
-    link: Link
-    state: PeerState
-    door: Door
-    dht: Any
-    membership: Membership
-    index: int
-    done: bool
-    public_key: str
-    _renewer: threading.Thread
+    The seat comes before the member table (`PeerState` is built for a known seat), yet the
+    record must be renewed from the start: until `seated` hands over the table, renewal only
+    keeps the record alive, and afterwards it also follows keys and rewires.
+    """
 
-    def _start_dht(self, hivemind: Any, attempts: int = 4) -> Any:
-        """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
-        on a loaded machine or a slow link: try again a few times before giving up."""
-        from hivemind.p2p import P2PDaemonError
+    def __init__(
+        self,
+        config: RunConfig,
+        options: PeerOptions,
+        say: Say,
+        cond: threading.Condition,
+        stopping: threading.Event,
+        *,
+        dht: Any,
+        link: Link,
+        key: str,
+    ) -> None:
+        self.config, self.options, self.say = config, options, say
+        self.cond, self.stopping = cond, stopping
+        self.link, self.key = link, key
+        self._saved = self._saved_seat()
+        joined = None if self._saved is None else self._saved["joined"]
+        self.membership = Membership(dht, options.run_id, options.ttl, joined=joined, key=key)
+        self.index = -1
+        self.done = False
+        self.neighbors: dict[int, str] = {}
+        self.live_ids: set[str] = set()
+        self.state: PeerState | None = None
+        self.door: Door | None = None
+        self._renewer = threading.Thread(target=self._renew, daemon=True)
 
-        options = self.options
-        attempt = 1
-        while True:
-            try:
-                return hivemind.DHT(
-                    initial_peers=options.initial_peers or None,
-                    host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
-                    identity_path=str(options.state_dir / "identity.key"),
-                    check_if_identity_free=False,
-                    start=True,
-                )
-            except P2PDaemonError as error:
-                if attempt == attempts:
-                    raise PeerError(
-                        f"could not join through {' '.join(options.initial_peers)} after "
-                        f"{attempts} attempts: {error}"
-                    ) from None
-                self.say(f"could not reach the bootstrap peers ({error}); retrying")
-                time.sleep(2.0 * attempt)
-                attempt += 1
-
-    def _seat(self) -> tuple[int, Members, float]:
-        """This peer's client index, the members it knows of, and its join time."""
+    def _saved_seat(self) -> dict[str, Any] | None:
+        """The seat a restarting peer held, if its state dir has one for this run."""
         saved = self.options.state_dir / "peer.json"
-        key = self.public_key
-        if saved.is_file():
-            record = json.loads(saved.read_text())
-            if record["run_id"] != self.options.run_id:
-                raise PeerError(
-                    f"state dir {self.options.state_dir} belongs to run {record['run_id']!r}, "
-                    f"not {self.options.run_id!r}"
-                )
-            self.membership = Membership(
-                self.dht, self.options.run_id, self.options.ttl, joined=record["joined"], key=key
+        if not saved.is_file():
+            return None
+        record = json.loads(saved.read_text())
+        if record["run_id"] != self.options.run_id:
+            raise PeerError(
+                f"state dir {self.options.state_dir} belongs to run {record['run_id']!r}, "
+                f"not {self.options.run_id!r}"
             )
-            self.index = record["index"]
-            self._renewer.start()
-            return record["index"], Members({}), record["joined"]
-        self.membership = Membership(self.dht, self.options.run_id, self.options.ttl, key=key)
-        self._renewer.start()
+        return record
+
+    def take_seat(self) -> tuple[int, Members, float]:
+        """This peer's client index, the members it knows of, and its join time."""
         joined = self.membership.me.joined
+        if self._saved is not None:
+            self.index = self._saved["index"]
+            self._renewer.start()
+            return self.index, Members({}), joined
+        self._renewer.start()
         initial = self.membership.initial(self.config.clients, self.options.start_timeout)
         if self.membership.me.peer_id in initial:
-            me = initial.index(self.membership.me.peer_id)
-            self.index = me
-            self.membership.announce(me)
-            return me, Members.initial(initial, self._initial_keys(initial)), joined
+            self.index = initial.index(self.membership.me.peer_id)
+            self.membership.announce(self.index)
+            return self.index, Members.initial(initial, self._initial_keys(initial)), joined
         return *self._join(), joined
 
     def _initial_keys(self, initial: list[str]) -> list[str]:
@@ -122,7 +132,7 @@ class Seating:
         sponsor's next signed batch, so every member learns it before the steps it concerns."""
         deadline = time.monotonic() + self.options.start_timeout
         me = self.membership.me
-        request = Frame({"peer": me.peer_id, "key": self.public_key}).encode()
+        request = Frame({"peer": me.peer_id, "key": self.key}).encode()
         while time.monotonic() < deadline:
             for member in sorted(self.membership.members(), key=lambda m: m.index):
                 if member.index < 0 or member.peer_id == me.peer_id:
@@ -141,6 +151,15 @@ class Seating:
             time.sleep(0.5)
         raise PeerError(f"no member of run {self.options.run_id!r} admitted this peer in time")
 
+    def seated(self, state: PeerState, door: Door) -> None:
+        """Hand over the member table and the door, which say who the neighbours can be."""
+        self.state, self.door = state, door
+
+    def _table(self) -> tuple[PeerState, Door]:
+        if self.state is None or self.door is None:
+            raise RuntimeError("neighbours are known only once the peer is seated")
+        return self.state, self.door
+
     def _renew(self) -> None:
         """Keep this peer's record alive and follow who else is, and their keys."""
         while not self.stopping.is_set():
@@ -150,32 +169,39 @@ class Seating:
             except Exception as exc:  # the DHT process is going down with us
                 self.say(f"membership renewal failed: {exc}")
                 records = None
-            if records is not None and hasattr(self, "door"):
+            if records is not None and self.door is not None:
                 with self.cond:
                     self.live_ids = {m.peer_id for m in records}
                     self._learn_keys({m.peer_id: m.key for m in records if m.key})
-                    self._rewire()
+                    self.rewire()
             self.stopping.wait(self.options.ttl / 3)
 
     def _learn_keys(self, keys: dict[str, str]) -> None:
         """Fill in members' keys this peer lacks (a restarted peer's table may predate them)."""
-        seats = self.state.members.seats
+        state, _ = self._table()
         found = {
             index: Seat(seat.peer_id, seat.first_step, key=keys[seat.peer_id])
-            for index, seat in seats.items()
+            for index, seat in state.members.seats.items()
             if not seat.key and seat.peer_id in keys
         }
         if found:
-            self.state.learn(Members(found))
+            state.learn(Members(found))
 
-    def _rewire(self) -> None:
+    def look_around(self) -> None:
+        """Take the live members from the DHT now rather than at the next renewal."""
+        with self.cond:
+            self.live_ids = {m.peer_id for m in self.membership.members()}
+            self.rewire()
+
+    def rewire(self) -> None:
         """Neighbours: the run's topology over the live members in index order, less any banned
         peer (which leaves a hole: the topology is not recomputed around an offender)."""
-        seats = self.state.members.seats
+        state, door = self._table()
+        seats = state.members.seats
         live = sorted(
             i
             for i, seat in seats.items()
-            if seat.gone_from is None and (seat.peer_id in self.live_ids or i == self.state.me)
+            if seat.gone_from is None and (seat.peer_id in self.live_ids or i == state.me)
         )
         if len(live) < 2:
             self.neighbors = {}
@@ -184,23 +210,29 @@ class Seating:
             topology = make_topology(self.config.topology, len(live), seed=self.config.seed)
         except TopologyError:
             topology = make_topology("ring", len(live))
-        position = live.index(self.state.me)
+        position = live.index(state.me)
         self.neighbors = {
             live[p]: seats[live[p]].peer_id
             for p in topology.neighbors[position]
-            if seats[live[p]].peer_id not in self.door.banned
+            if seats[live[p]].peer_id not in door.banned
         }
 
-    def _others(self) -> list[str]:
+    def others(self) -> list[str]:
         """Whom to ask for what is missing: the neighbours, else any live member not banned."""
+        state, door = self._table()
         with self.cond:
             if self.neighbors:
                 return list(self.neighbors.values())
             return [
                 seat.peer_id
-                for i, seat in self.state.members.seats.items()
-                if i != self.state.me
+                for i, seat in state.members.seats.items()
+                if i != state.me
                 and seat.gone_from is None
                 and seat.peer_id in self.live_ids
-                and seat.peer_id not in self.door.banned
+                and seat.peer_id not in door.banned
             ]
+
+    def finish(self) -> None:
+        """Tell the others this peer is done, so that they stop lingering for it."""
+        self.done = True
+        self.membership.announce(self.index, True)

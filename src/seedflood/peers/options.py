@@ -1,0 +1,36 @@
+"""What a peer process is told and how it reports trouble.
+
+Kept apart so that the node, its seating and its exchange can all use them without importing one
+another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PeerError", "PeerOptions", "Say"]
+
+Say = Callable[[str], None]
+
+
+class PeerError(RuntimeError):
+    """What stops a peer, phrased for its operator."""
+
+
+@dataclass
+class PeerOptions:
+    """How one peer process runs; the training itself is the run's config."""
+
+    run_id: str
+    state_dir: Path
+    out_dir: Path
+    initial_peers: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 0
+    ttl: float = 6.0
+    pace: float = 0.0
+    evaluate: bool = True
+    start_timeout: float = 120.0
+    linger: float = 60.0
