@@ -8,6 +8,7 @@ import time
 import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="membership tests need hivemind installed")
+pytestmark = pytest.mark.slow  # real hivemind DHT nodes
 
 from seedflood.peers.membership import Member, Membership, MembershipError  # noqa: E402
 

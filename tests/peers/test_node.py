@@ -35,6 +35,7 @@ from seedflood.report import find_runs, summarize
 from seedflood.sim.runner import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
+pytestmark = pytest.mark.slow  # real `seedflood peer` processes
 
 
 def write_config(path: Path, data: Path, **overrides) -> Path:

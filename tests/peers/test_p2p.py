@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
+pytestmark = pytest.mark.slow  # real hivemind daemons
 
 from seedflood.peers.p2p import (  # noqa: E402
     FLOOD_PROTOCOL,
