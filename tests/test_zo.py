@@ -171,3 +171,20 @@ def test_subcge_rejects_rank_above_matrix_dimension() -> None:
         SubCGEDirection(trainable_matrices(Blocks()), rank=9, refresh=10, run_seed=0)
     with pytest.raises(ValueError, match="direction must be one of"):
         make_direction("sparse", Blocks(), rank=2, refresh=10, run_seed=0)
+
+
+def test_message_seeds_use_all_their_bits() -> None:
+    """torch.Generator keeps a seed's low 32 bits; directions must not: seeds s and s + 2^32
+    draw different SubCGE coordinates and different dense directions."""
+    model = Blocks()
+    subcge = make_direction("subcge", model, rank=4, refresh=10, run_seed=0)
+    seed = message_seed(0, 41, 300)
+    low = seed % 2**32
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(subcge.coordinates(low), subcge.coordinates(low + 2**32), strict=True)
+    )
+    dense = make_direction("dense", model, rank=4, refresh=10, run_seed=0)
+    first, second = dense.touch(low, 0).values, dense.touch(low + 2**32, 0).values
+    assert not torch.equal(first[0], second[0])
+    assert torch.equal(dense.touch(low, 0).values[0], first[0])  # and a seed is one direction

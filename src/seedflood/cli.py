@@ -82,7 +82,7 @@ def run(
     )
 
 
-def _config(config_file: Path, set_: list[str] | None) -> Any:
+def _config(config_file: Path | None, set_: list[str] | None) -> Any:
     try:
         return load_config(config_file, set_ or [])
     except ConfigError as error:
@@ -301,3 +301,43 @@ def report(
     except ValueError as error:
         raise _fail(error) from None
     console.print(f"report: {path}")
+
+
+@app.command()
+def replay(
+    run_dir: Annotated[Path, typer.Argument(help="A SeedFlood run's directory or peer state dir")],
+    out: Annotated[Path | None, typer.Option(help="Where the rebuilt model goes")] = None,
+) -> None:
+    """Rebuild a SeedFlood run's model from its ledger alone (base model + message log) and
+    check it ends on the run's state hash."""
+    from seedflood.protocol.ledger import LedgerError
+    from seedflood.sim.replay import replay as replay_ledger
+
+    try:
+        done = replay_ledger(run_dir, out)
+    except (*USER_ERRORS, LedgerError) as error:
+        raise _fail(error) from None
+    console.print(
+        f"replayed {done['messages']:,} messages: state hash {done['state_hash'][:16]}… equals "
+        f"the run's" + (f"; model in {out}" if out else "")
+    )
+
+
+@app.command()
+def evaluate(
+    model_dir: Annotated[str, typer.Argument(help="A saved model directory (or any model name)")],
+    task: Annotated[str, typer.Option(help="The task whose test set scores it")] = "sst2",
+    set_: SetOption = None,
+) -> None:
+    """Test accuracy of a saved model on a task, scored as a run scores its final model."""
+    from seedflood.sim.replay import evaluate as evaluate_model
+
+    config = _config(None, [f"task={task}", *(set_ or [])])
+    try:
+        scored = evaluate_model(model_dir, config)
+    except USER_ERRORS as error:
+        raise _fail(error) from None
+    console.print(
+        f"{model_dir}: test accuracy {scored['accuracy']:.4f} on {scored['test_examples']} "
+        f"{task} examples"
+    )

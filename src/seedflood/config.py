@@ -13,7 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from seedflood.learning.schedules import EPS_SCHEDULES, SCHEDULES
 from seedflood.learning.tasks import TASKS
+from seedflood.protocol.guard import GUARD_FACTOR
 from seedflood.topology import TOPOLOGIES, TopologyError, check_parameters
 
 METHODS: tuple[str, ...] = ("seedflood", "dsgd", "choco", "dzsgd")
@@ -58,6 +60,9 @@ class RunConfig(BaseModel):
     refresh: int = Field(1000, ge=1)
     eps: float = Field(1e-3, gt=0)
     lr: float = Field(3e-3, gt=0)
+    lr_schedule: Literal[SCHEDULES] = "constant"  # type: ignore[valid-type]
+    warmup_steps: int = Field(0, ge=0)
+    eps_schedule: Literal[EPS_SCHEDULES] = "constant"  # type: ignore[valid-type]
     batch_size: int = Field(16, ge=1)
     rounds: int = Field(100, ge=1)
     local_steps: int | None = Field(None, ge=1)
@@ -73,11 +78,16 @@ class RunConfig(BaseModel):
     link_reorder: float = Field(0.0, ge=0, le=1)
     link_delay: float = Field(0.0, ge=0, le=1)
     link_delay_hops: int = Field(1, ge=1)
-    link_seed: int = Field(0, ge=0)
+    link_seed: int = Field(0, ge=0, lt=2**63)
     cut_rounds: tuple[int, int] | None = None
     cut_edges: tuple[tuple[int, int], ...] | None = None
     repair_exchanges: int = Field(64, ge=0)
     clip_multiple: float | None = Field(None, gt=0)
+    # The divergence guard (seedflood.protocol.guard): stop before a step whose mean |scalar|
+    # exceeds guard_factor × the median of the last guard_window steps; null turns it off.
+    guard_factor: float | None = Field(GUARD_FACTOR, gt=1)
+    guard_window: int = Field(100, ge=1)
+    guard_warmup: int = Field(20, ge=1)
     clip_window: int = Field(8, ge=1)
     attackers: int = Field(0, ge=0)
     attack_factor: float = 1000.0
@@ -90,12 +100,16 @@ class RunConfig(BaseModel):
     topk_ratio: float = Field(0.03, gt=0, le=1)
     gamma: float = Field(0.5, gt=0, le=1)
 
+    # The trained model in OUT/model (a grid of SmolLM2 runs takes 0.5 GB a run; a SeedFlood
+    # run's model can be rebuilt from its ledger with `seedflood replay` either way).
+    save_model: bool = True
     eval_every: int = Field(10, ge=1)
     eval_examples: int | None = Field(None, ge=1)
     # Clamped to clients where used, not refused: the default of 4 must fit every run of 2 or 3.
     eval_clients: int = Field(4, ge=1)
     eval_batch_size: int = Field(32, ge=1)
-    seed: int = Field(0, ge=0)
+    # Below 2^63: derived seeds pack it as a signed 64-bit integer.
+    seed: int = Field(0, ge=0, lt=2**63)
 
     @model_validator(mode="before")
     @classmethod
@@ -174,6 +188,17 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"attackers ({self.attackers}) simulates poisoning SeedFlood clients: it needs "
                 f"method seedflood and fewer attackers than clients ({self.clients})"
+            )
+        if self.guard_warmup > self.guard_window:
+            raise ValueError(
+                f"key 'guard_warmup' ({self.guard_warmup}) must be at most guard_window "
+                f"({self.guard_window}): the guard's median is over that window"
+            )
+        steps = self.rounds * self.steps_per_round
+        if self.warmup_steps >= steps:
+            raise ValueError(
+                f"key 'warmup_steps' ({self.warmup_steps}) must be below the run's steps "
+                f"(rounds × local steps = {steps})"
             )
         return self
 

@@ -4,8 +4,8 @@ A SeedFlood update is fully described by (origin, step, scalar): the direction u
 from a seed derived from (run_seed, origin, step), so every client can rebuild any client's update.
 Two direction families are provided:
 
-- ``dense`` (MeZO): u ~ N(0, I_d) over every trainable parameter, drawn with a dedicated
-  ``torch.Generator`` in canonical parameter order. Applying one message costs O(d).
+- ``dense`` (MeZO): u ~ N(0, I_d) over every trainable parameter, drawn from the message's own
+  generator (`message_generator`) in canonical parameter order. Applying one message costs O(d).
 - ``subcge``: for every weight matrix W (m × n_in) and subspace epoch e = ⌊t / T⌋ all clients
   derive the same orthonormal basis V_e (n_in × r). A seed picks one (row, column, sign) per matrix,
   so u restricted to W is √(m·r) · sign · e_row V_e[:, col]ᵀ and E[u uᵀ] is the projector onto
@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -47,6 +48,14 @@ def derive_seed(run_seed: int, *parts: int | str) -> int:
         data = part.encode() if isinstance(part, str) else struct.pack("<q", part)
         digest.update(struct.pack("<B", len(data)) + data)
     return int.from_bytes(digest.digest(), "little") >> 1
+
+
+def message_generator(seed: int) -> np.random.Generator:
+    """The generator a message's direction is drawn from. ``torch.Generator`` keeps only the low
+    32 bits of a seed, so with 128 clients × 5,000 steps some 47 pairs of messages would share a
+    direction; PCG64 takes all 64 bits (through numpy's SeedSequence) and draws on the CPU, the
+    same on every device."""
+    return np.random.Generator(np.random.PCG64(seed))
 
 
 def message_seed(run_seed: int, origin: int, step: int) -> int:
@@ -97,6 +106,11 @@ class DenseDirection:
     def __init__(self, params: Sequence[nn.Parameter]) -> None:
         self.params = list(params)
 
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        """The tensors these directions change, in a fixed order: what a state hash covers."""
+        return [p.data for p in self.params]
+
     def touch(self, seed: int, step: int) -> Touch:
         values = [torch.empty(p.shape, dtype=p.dtype, device="cpu") for p in self.params]
         self.draw_into(seed, values)
@@ -106,12 +120,13 @@ class DenseDirection:
         )
 
     def draw_into(self, seed: int, outs: Sequence[torch.Tensor]) -> None:
-        """Fill ``outs`` (CPU tensors shaped like the parameters, in order) with u for ``seed``.
-        The draw is on the CPU whatever the parameters' device, so a seed means one direction on
-        every device; callers that step often pass reused buffers instead of fresh ones."""
-        generator = torch.Generator().manual_seed(seed)
+        """Fill ``outs`` (contiguous fp32 CPU tensors shaped like the parameters, in order) with u
+        for ``seed``. The draw is on the CPU whatever the parameters' device, so a seed means one
+        direction on every device; callers that step often pass reused buffers instead of fresh
+        ones."""
+        generator = message_generator(seed)
         for out in outs:
-            torch.randn(out.shape, generator=generator, out=out, device=out.device)
+            generator.standard_normal(dtype=np.float32, out=out.view(-1).numpy())
 
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply (seed, step, coef) updates in the given order."""
@@ -126,6 +141,11 @@ class SubCGEDirection:
     """Subspace canonical-basis directions: one (row, column, sign) per weight matrix."""
 
     name = "subcge"
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        """The tensors these directions change, in a fixed order: what a state hash covers."""
+        return list(self.matrices)
 
     def __init__(
         self,
@@ -189,8 +209,8 @@ class SubCGEDirection:
     def _coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Row, column and sign (±1) per matrix, all drawn from one seed on the CPU (the same on
         every device), kept where the matrices are."""
-        generator = torch.Generator().manual_seed(seed)
-        raw = torch.randint(0, 1 << 62, (len(self.matrices), 3), generator=generator, device="cpu")
+        draws = message_generator(seed).integers(0, 1 << 62, (len(self.matrices), 3))
+        raw = torch.from_numpy(draws)
         rows = raw[:, 0] % self.rows_per_matrix
         cols = raw[:, 1] % self.rank
         signs = (raw[:, 2] % 2) * 2 - 1

@@ -147,11 +147,11 @@ def test_dzsgd_local_step_is_mezos_update_with_the_messages_seed(tiny) -> None:
     )
     losses = []
     for sign in (1.0, -1.0):
-        dzsgd._bind(before + (u * (sign * dzsgd.eps)))
+        dzsgd._bind(before + (u * (sign * dzsgd.eps(0))))
         losses.append(loss_and_correct(dzsgd.model, batch, dzsgd.pad_id)[0])
-    g = (losses[0] - losses[1]) / (2 * dzsgd.eps)
+    g = (losses[0] - losses[1]) / (2 * dzsgd.eps(0))
     assert g != 0
-    assert torch.equal(dzsgd.x[1], before + u * (-dzsgd.lr * g))
+    assert torch.equal(dzsgd.x[1], before + u * (-dzsgd.lr(0) * g))
     assert torch.equal(dzsgd.x[0], dzsgd.x[2])
 
 

@@ -111,7 +111,7 @@ class PerClientCopies:
                 g, _ = two_point_estimate(
                     lambda m=model, b=batch: loss_and_correct(m, b, sim.pad_id)[0],
                     direction.touch(message_seed(11, client, step), step),
-                    sim.eps,
+                    sim.eps(step),
                 )
                 message = Message(step, client, quantize(g, sim.scalar_format))
                 self.floods[client].originate(message)

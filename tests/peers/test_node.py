@@ -28,10 +28,11 @@ from seedflood.peers.launch import (
     start_peer,
     wait_for_address,
 )
-from seedflood.peers.message_log import MessageLog
 from seedflood.peers.p2p import FAULTS_VARIABLE
 from seedflood.peers.state import state_hash
+from seedflood.protocol.message_log import MessageLog
 from seedflood.report import find_runs, summarize
+from seedflood.sim.replay import replay
 from seedflood.sim.runner import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
@@ -80,6 +81,11 @@ def test_four_peer_processes_end_on_the_simulators_model(data_dir, tmp_path: Pat
     results = launch(config_file, peers=4, out_dir=tmp_path / "out", run_id="four", timeout=300)
     assert results["consensus"] and len(results["peers"]) == 4
     assert results["state_hash"] == simulated_hash(config_file, peer_threads(4))
+    # every peer's ledger (its log and manifest) rebuilds the model alone, and its export is it
+    for k in range(4):
+        state_dir = tmp_path / "out" / "peers" / str(k) / "state"
+        assert replay(state_dir)["state_hash"] == results["state_hash"]
+        assert (state_dir / "model" / "model.safetensors").is_file()
     assert [p["committed_step"] for p in results["peers"]] == [19] * 4
     assert all(p["divergences"] == 0 for p in results["peers"])
     # every message of every client crossed every one of the ring's 4 edges at least once

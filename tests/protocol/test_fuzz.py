@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seedflood.peers.message_log import MessageLog, MessageLogError
 from seedflood.peers.p2p import MAX_HEADER_BYTES, Frame, TransportError
+from seedflood.protocol.message_log import MessageLog, MessageLogError
 from seedflood.protocol.messages import (
     MAX_ID,
     PROTOCOL_VERSION,

@@ -26,6 +26,7 @@ from seedflood.sim.checkpoint import (
     save_checkpoint,
 )
 from seedflood.sim.devices import peak_rss_mb, proc_status_kb, reset_peak_rss
+from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
 
 ROUNDS, EVAL_EVERY = 9, 3
@@ -151,6 +152,8 @@ def test_killed_and_resumed_equals_uninterrupted(
         without_timing(r) for r in expected_history
     ]
     assert [r["round"] for r in resumed_history] == [0, 3, 6, 9]
+    if method.startswith("seedflood"):  # the ledger was cut back to each checkpoint, and holds
+        assert replay(tmp_path)["state_hash"] == results["state_hash"]  # exactly the run
     assert not (tmp_path / CHECKPOINT_NAME).exists()
     assert not list(tmp_path.glob(".*.tmp"))
 

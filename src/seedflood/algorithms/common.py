@@ -37,6 +37,8 @@ class Algorithm(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
+    def stop_reason(self) -> str | None: ...
+
 
 def sample_batch(
     shard: Sequence[TokenizedExample], client: int, step: int, batch_size: int, run_seed: int

@@ -31,6 +31,7 @@ from torch import nn
 
 from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
+from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, batch_loss, loss_and_correct
 from seedflood.protocol.traffic import TrafficCounter
 from seedflood.topology import Topology
@@ -58,8 +59,8 @@ class Gossip:
         shards: Sequence[Sequence[TokenizedExample]],
         pad_id: int,
         estimator: str,
-        lr: float,
-        eps: float,
+        lr: float | Rate,
+        eps: float | Rate,
         batch_size: int,
         local_steps: int,
         mixing: str,
@@ -83,7 +84,7 @@ class Gossip:
         self.shards = shards
         self.pad_id = pad_id
         self.estimator = estimator
-        self.lr, self.eps = lr, eps
+        self.lr, self.eps = as_rate(lr), as_rate(eps)
         self.batch_size = batch_size
         self.local_steps = local_steps
         self.gamma = gamma
@@ -149,7 +150,7 @@ class Gossip:
             loss.backward()
             with torch.no_grad():
                 for p in self.params:
-                    p.data.add_(p.grad, alpha=-self.lr)
+                    p.data.add_(p.grad, alpha=-self.lr(step))
             return float(loss.detach())
         return self._zo_step(client, step, batch)
 
@@ -163,13 +164,14 @@ class Gossip:
         if self._perturbed is None:
             self._perturbed = torch.empty_like(row)
         losses = []
+        eps = self.eps(step)
         for sign in (1.0, -1.0):
-            _add_scaled(row, u, sign * self.eps, out=self._perturbed)
+            _add_scaled(row, u, sign * eps, out=self._perturbed)
             self._bind(self._perturbed)
             losses.append(loss_and_correct(self.model, batch, self.pad_id)[0])
         self._bind(row)
         plus, minus = losses
-        _add_scaled(row, u, -self.lr * (plus - minus) / (2.0 * self.eps), out=row)
+        _add_scaled(row, u, -self.lr(step) * (plus - minus) / (2.0 * eps), out=row)
         return (plus + minus) / 2.0
 
     def _draw(self, seed: int) -> torch.Tensor:
@@ -205,9 +207,9 @@ class Gossip:
                 for c in range(self.n)
             ]
         )
-        perturbed = torch.stack(
-            [self.x + directions * self.eps, self.x + directions * -self.eps], dim=1
-        ).flatten(0, 1)
+        eps, lr = self.eps(step), self.lr(step)
+        perturbed = torch.stack([self.x + directions * eps, self.x + directions * -eps], dim=1)
+        perturbed = perturbed.flatten(0, 1)
         batches = [
             sample_batch(self.shards[client], client, step, self.batch_size, self.run_seed)
             for client in range(self.n)
@@ -221,8 +223,8 @@ class Gossip:
         )
         pairs = list(zip(losses[0::2], losses[1::2], strict=True))
         for client, (plus, minus) in enumerate(pairs):
-            scalar = (plus - minus) / (2.0 * self.eps)
-            self.x[client].add_(directions[client] * (-self.lr * scalar))
+            scalar = (plus - minus) / (2.0 * eps)
+            self.x[client].add_(directions[client] * (-lr * scalar))
         return [(plus + minus) / 2.0 for plus, minus in pairs]
 
     def _mix(self, matrix: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
@@ -257,6 +259,10 @@ class Gossip:
 
     def traffic(self) -> dict[str, float]:
         return self.counter.summary()
+
+    def stop_reason(self) -> str | None:
+        """Gossip runs have no divergence guard: they always run to the end."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -26,10 +26,12 @@ from torch import nn
 from seedflood.algorithms.batched import Segment, segment_losses
 from seedflood.algorithms.common import sample_batch
 from seedflood.learning.models import state_hash
+from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.flooding import FloodState, Transport, flood, origins
-from seedflood.protocol.messages import Message, quantize
+from seedflood.protocol.guard import DivergenceGuard, Tripped
+from seedflood.protocol.messages import Message, saturate
 from seedflood.protocol.updates import Update, message_updates
 from seedflood.topology import Topology
 from seedflood.zo import (
@@ -90,8 +92,8 @@ class SeedFlood:
         topology: Topology,
         shards: Sequence[Sequence[TokenizedExample]],
         pad_id: int,
-        lr: float,
-        eps: float,
+        lr: float | Rate,
+        eps: float | Rate,
         batch_size: int,
         local_steps: int,
         hops: int,
@@ -102,6 +104,7 @@ class SeedFlood:
         batched: bool = False,
         repair_exchanges: int = 64,
         clip: ScalarClip | None = None,
+        guard: DivergenceGuard | None = None,
     ) -> None:
         if len(shards) != topology.n:
             raise ValueError(f"{len(shards)} data shards for {topology.n} clients")
@@ -110,7 +113,7 @@ class SeedFlood:
         self.topology = topology
         self.shards = shards
         self.pad_id = pad_id
-        self.lr, self.eps = lr, eps
+        self.lr, self.eps = as_rate(lr), as_rate(eps)
         self.batch_size = batch_size
         self.local_steps = local_steps
         self.hops = hops
@@ -131,6 +134,11 @@ class SeedFlood:
         self.pending: dict[int, dict[int, Message]] = {}
         self.committed_step = -1
         self.messages_made = 0
+        self.saturated = 0
+        self.unlogged: list[Message] = []
+        self.guard = guard
+        self.tripped: Tripped | None = None
+        self.committed_count = 0
         self.clip = clip
 
     def updates(self, messages: Sequence[Message], weight: float = 1.0) -> list[Update]:
@@ -222,7 +230,7 @@ class SeedFlood:
                     two_point_estimate(
                         lambda b=batch: loss_and_correct(self.model, b, self.pad_id)[0],
                         touch,
-                        self.eps,
+                        self.eps(step),
                     )
                 )
         return estimates
@@ -251,6 +259,7 @@ class SeedFlood:
         helds = [self.held(client) for client in range(self.n)]
         region = self.direction.region(self.updates(self._all_pending()))
         saved = region.save()
+        eps = self.eps(step)
         estimates: list[tuple[float, float]] = []
         shared: Held = {}
         try:
@@ -263,12 +272,10 @@ class SeedFlood:
                     seed = message_seed(self.run_seed, client, step)
                     batch = self.batch(client, step)
                     for sign in (1.0, -1.0):
-                        segments.append(
-                            Segment(batch, [*correction, (seed, step, sign * self.eps)])
-                        )
+                        segments.append(Segment(batch, [*correction, (seed, step, sign * eps)]))
                 losses = segment_losses(self.model, self.direction, segments, self.pad_id)
                 estimates += [
-                    ((plus - minus) / (2.0 * self.eps), (plus + minus) / 2.0)
+                    ((plus - minus) / (2.0 * eps), (plus + minus) / 2.0)
                     for plus, minus in zip(losses[0::2], losses[1::2], strict=True)
                 ]
         finally:
@@ -309,8 +316,11 @@ class SeedFlood:
         }
 
     def make_message(self, step: int, client: int, scalar: float) -> Message:
-        """The message ``client`` floods for its estimate (fault-injection subclasses lie here)."""
-        return Message(step, client, quantize(scalar, self.scalar_format))
+        """The message ``client`` floods for its estimate (fault-injection subclasses lie here),
+        clamped to what the wire format carries."""
+        value, clamped = saturate(scalar, self.scalar_format)
+        self.saturated += clamped
+        return Message(step, client, value)
 
     def pending_held(self) -> int:
         """Messages held beyond the committed prefix, summed over clients."""
@@ -322,16 +332,28 @@ class SeedFlood:
         while (step := self.committed_step + 1) in self.pending and all(
             state.held(step) == everyone for state in self.floods
         ):
-            held = self.pending.pop(step)
+            held = self.pending[step]
             messages = [held[o] for o in sorted(held)]
-            if self.clip is not None:
-                messages = self.clip.commit(messages)
+            committed = messages if self.clip is None else self.clip.commit(messages)
+            if self.guard is not None and (tripped := self.guard.check(step, committed)):
+                self.tripped = tripped
+                self.pending.clear()  # the run ends on the model of the step before
+                return
+            del self.pending[step]
+            self.unlogged += messages
+            self.committed_count += len(messages)
             self.direction.apply(
-                message_updates(messages, run_seed=self.run_seed, lr=self.lr, clients=self.n)
+                message_updates(committed, run_seed=self.run_seed, lr=self.lr, clients=self.n)
             )
             self.committed_step = step
             for state in self.floods:
                 state.forget_before(step + 1)
+
+    def take_committed(self) -> list[Message]:
+        """The messages committed since the last call, as flooded (before clipping, which a
+        replay redoes): what the runner appends to the run's ledger."""
+        taken, self.unlogged = self.unlogged, []
+        return taken
 
     def traffic(self) -> dict[str, float]:
         """Flood traffic, and anti-entropy's apart; repair costs nothing over perfect links."""
@@ -340,25 +362,31 @@ class SeedFlood:
             repair = self.repair.summary()
         return {**self.network.summary(), **repair}
 
-    def trained(self) -> list[torch.Tensor]:
-        """The tensors training changes, in a fixed order: what the committed state is."""
-        if isinstance(self.direction, SubCGEDirection):
-            return list(self.direction.matrices)
-        return [p.data for p in self.direction.params]
-
     def state_hash(self) -> str:
         """The committed state's hash (the base, without pending messages): equal on every
         client once nothing is pending, and comparable with real peers' hashes."""
-        return state_hash(self.trained())
+        return state_hash(self.direction.tensors)
 
     def describe(self) -> dict[str, Any]:
         return {
             "hops": self.hops,
             "messages_total": self.messages_made,
+            "saturated_scalars": self.saturated,
             "committed_step": self.committed_step,
             "direction": self.direction.name,
             "state_hash": self.state_hash(),
             **({"clipped_messages": self.clip.clipped} if self.clip is not None else {}),
             **(self.repair.describe() if self.repair is not None else {}),
             **self.network.describe(),
+            "guard": (
+                self.tripped.to_json()
+                if self.tripped is not None
+                else {"action": "none" if self.guard is not None else "off"}
+            ),
         }
+
+    def stop_reason(self) -> str | None:
+        """Why the run must stop now: the divergence guard refused a step."""
+        if self.tripped is None:
+            return None
+        return self.tripped.explain(self.lr(self.tripped.step))

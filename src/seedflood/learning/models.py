@@ -8,6 +8,7 @@ CPU, eval mode, gradients off, a pad token set -- so callers opt in to exactly w
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import os
@@ -244,3 +245,49 @@ def state_hash(matrices: Sequence[torch.Tensor]) -> str:
     for tensor in matrices:
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path) -> None:
+    """``model`` and its tokenizer as transformers writes them (safetensors, config, tokenizer),
+    so that ``AutoModelForCausalLM.from_pretrained(directory)`` loads this very model. A model
+    with injected LoRA adapters is written twice: the adapters as peft writes them (in
+    ``adapter/``, for `PeftModel.from_pretrained` over the base model) and merged into the base
+    weights (the directory itself, loadable without peft). Written to a temporary sibling and
+    renamed, so a crash never leaves half a model."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        if any("lora_" in name for name, _ in model.named_parameters()):
+            _save_lora(model, staging)
+        else:
+            model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if directory.exists():
+            shutil.rmtree(directory)
+        staging.rename(directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _save_lora(model: PreTrainedModel, directory: Path) -> None:
+    """The adapters (peft's format) in ``directory``/adapter, and a merged copy of the model."""
+    from peft import get_peft_model_state_dict
+    from peft.tuners.lora import LoraLayer
+    from safetensors.torch import save_file
+
+    lora_config = model.peft_config["default"]
+    (directory / "adapter").mkdir()
+    lora_config.save_pretrained(directory / "adapter")
+    adapters = get_peft_model_state_dict(model)
+    save_file(  # named as a PeftModel wrapping ``model`` names them
+        {f"base_model.model.{k}": v.detach().cpu().contiguous() for k, v in adapters.items()},
+        directory / "adapter" / "adapter_model.safetensors",
+    )
+    merged = copy.deepcopy(model)
+    for name, module in list(merged.named_modules()):
+        if isinstance(module, LoraLayer):
+            module.merge()
+            parent, _, child = name.rpartition(".")
+            setattr(merged.get_submodule(parent), child, module.get_base_layer())
+    del merged.peft_config
+    merged.save_pretrained(directory, safe_serialization=True)

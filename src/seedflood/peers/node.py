@@ -30,6 +30,8 @@ from seedflood.build import build_parts, run_direction
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
+from seedflood.learning.models import save_model, state_hash
+from seedflood.learning.schedules import eps_schedule, lr_schedule
 from seedflood.learning.scoring import accuracy, majority_rate
 from seedflood.peers.batch_exchange import Exchange, open_link
 from seedflood.peers.crypto import Context, load_or_create_key, public_hex
@@ -46,6 +48,7 @@ from seedflood.peers.p2p import (
 from seedflood.peers.seats import Seating, start_dht
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.ledger import write_manifest
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
 
 __all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
@@ -143,17 +146,19 @@ class Node:
 
     def _new_state(self, me: int, members: Members) -> PeerState:
         config, parts = self.config, self.parts
+        direction = run_direction(config, parts.model)
+        self.base_hash = state_hash(direction.tensors)  # before the log is replayed into it
         return PeerState(
             me=me,
             members=members,
             model=parts.model,
-            direction=run_direction(config, parts.model),
+            direction=direction,
             shard=parts.shard(me % config.clients),
             pad_id=parts.pad_id,
             state_dir=self.options.state_dir,
             clients=config.clients,
-            lr=config.lr,
-            eps=config.eps,
+            lr=lr_schedule(config),
+            eps=eps_schedule(config),
             batch_size=config.batch_size,
             local_steps=self.local_steps,
             staleness=config.staleness,
@@ -285,12 +290,29 @@ class Node:
             train_seconds += time.monotonic() - round_started
             round_started = time.monotonic()
         self._wait(lambda: state.committed_step >= last_step, "the last step")
-        results = self._results(started, train_seconds)
+        results = {**self._results(started, train_seconds), **self._hand_out()}
         self.seating.finish()
         self._linger()
         results.update(self._traffic())
         atomic_write_json(self.options.out_dir / "results.json", results)
         return results
+
+    def _hand_out(self) -> dict[str, Any]:
+        """The committed model in STATE_DIR/model and the ledger's manifest beside its log, so
+        that `seedflood replay STATE_DIR` rebuilds the model from the log alone."""
+        state, state_dir = self.state, self.options.state_dir
+        with self.cond:
+            state.log.sync()
+            manifest = write_manifest(
+                state_dir,
+                {**self.config.model_dump(), "local_steps": self.local_steps},
+                base_hash=self.base_hash,
+                state_hash=state.state_hash(),
+                messages=len(state.log),
+            )
+            if self.config.save_model:
+                save_model(self.parts.model, self.parts.tokenizer, state_dir / "model")
+        return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
     def _linger(self) -> None:
         """Keep serving until every live member has finished too: a neighbour that restarted or
@@ -338,6 +360,7 @@ class Node:
             "state_hash": state.state_hash(),
             "committed_step": state.committed_step,
             "clipped_messages": state.clip.clipped if state.clip is not None else 0,
+            "saturated_scalars": state.saturated,
             "rounds": config.rounds,
             "steps": config.rounds * self.local_steps,
             "clients": config.clients,

@@ -35,10 +35,12 @@ from torch import nn
 from seedflood.algorithms.common import sample_batch
 from seedflood.files import atomic_write_bytes, atomic_write_json
 from seedflood.learning.models import state_hash
+from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
-from seedflood.peers.message_log import MessageLog, by_step
 from seedflood.protocol.clipping import ScalarClip
-from seedflood.protocol.messages import Message, quantize
+from seedflood.protocol.ledger import LOG, apply_log
+from seedflood.protocol.message_log import MessageLog
+from seedflood.protocol.messages import Message, saturate
 from seedflood.protocol.updates import Update, message_updates
 from seedflood.zo import SubCGEDirection, applied, message_seed, two_point_estimate
 
@@ -125,8 +127,8 @@ class PeerState:
         pad_id: int,
         state_dir: Path,
         clients: int,
-        lr: float,
-        eps: float,
+        lr: float | Rate,
+        eps: float | Rate,
         batch_size: int,
         local_steps: int,
         staleness: int,
@@ -140,7 +142,7 @@ class PeerState:
         self.me, self.clients = me, clients
         self.model, self.direction = model, direction
         self.shard, self.pad_id = shard, pad_id
-        self.lr, self.eps, self.batch_size = lr, eps, batch_size
+        self.lr, self.eps, self.batch_size = as_rate(lr), as_rate(eps), batch_size
         self.local_steps, self.staleness = local_steps, staleness
         self.scalar_format, self.run_seed = scalar_format, run_seed
         self.hash_every, self.snapshot_every = hash_every, snapshot_every
@@ -149,13 +151,14 @@ class PeerState:
         self.members_path = state_dir / "members.json"
         self.snapshot_path = state_dir / "snapshot.pt"
         self.members = members
-        self.log = MessageLog(state_dir / "messages.log")
+        self.log = MessageLog(state_dir / LOG)
         self.pending: dict[int, dict[int, Message]] = {}
         self.carried: dict[Key, list[Control]] = {}
         self.to_attach: list[Control] = []
         self.hashes: dict[int, str] = {}
         self.claims: dict[int, dict[int, str]] = {}
         self.divergences: list[str] = []
+        self.saturated = 0
         self.committed: list[Message] = []
         self.committed_step = -1
         self.clip = clip
@@ -183,18 +186,18 @@ class PeerState:
                 matrix.copy_(saved)
             start = snapshot["logged"]
         self.committed = self.log.messages(0)
-        tail = self.committed[start:]
-        if self.clip is None:
-            self._apply(tail)
-        else:
-            # The clip window needs every committed step again, applied or not.
-            for index, step_messages in by_step(self.committed):
-                clipped = self.clip.commit(step_messages)
-                if index >= start:
-                    self._apply(clipped)
+        apply_log(
+            self.direction,
+            self.committed,
+            run_seed=self.run_seed,
+            lr=self.lr,
+            clients=self.clients,
+            clip=self.clip,
+            start=start,
+        )
         if self.committed:
             self.committed_step = self.committed[-1].step
-        return len(tail)
+        return len(self.committed) - start
 
     # -- rounds -------------------------------------------------------------------------------
 
@@ -237,9 +240,13 @@ class PeerState:
             with applied(self.direction, self._updates(view)):
                 touch = self.direction.touch(message_seed(self.run_seed, self.me, step), step)
                 scalar, loss = two_point_estimate(
-                    lambda b=batch: loss_and_correct(self.model, b, self.pad_id)[0], touch, self.eps
+                    lambda b=batch: loss_and_correct(self.model, b, self.pad_id)[0],
+                    touch,
+                    self.eps(step),
                 )
-            message = Message(step, self.me, quantize(scalar, self.scalar_format))
+            value, clamped = saturate(scalar, self.scalar_format)
+            self.saturated += clamped
+            message = Message(step, self.me, value)
             with guard:
                 self.pending.setdefault(step, {})[self.me] = message
             messages.append(message)

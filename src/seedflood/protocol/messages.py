@@ -108,6 +108,25 @@ def quantize(scalar: float, scalar_format: str) -> float:
         raise CodecError(f"scalar {value!r} is beyond the {scalar_format} range") from None
 
 
+LARGEST: dict[str, float] = {"fp32": 3.4028234663852886e38, "fp16": 65504.0, "bf16": _BF16_MAX}
+"""The largest finite magnitude each scalar format carries."""
+
+
+def saturate(scalar: float, scalar_format: str) -> tuple[float, bool]:
+    """What an originator floods for its estimate, and whether it had to be clamped: the value
+    quantized, or ± the format's largest finite value where it is beyond the format's range.
+    Clamping happens once, before the message leaves, so every client applies the same value and
+    an honest overflow (or an attacker's) never stops a run; a NaN estimate still raises, since
+    no value stands for it."""
+    value = float(scalar)
+    if math.isnan(value):
+        raise CodecError("scalar nan is not a number: the loss was not finite")
+    largest = LARGEST[scalar_format]
+    if abs(value) > largest:
+        return math.copysign(largest, value), True
+    return quantize(value, scalar_format), False
+
+
 def _put_uvarint(out: bytearray, value: int) -> None:
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

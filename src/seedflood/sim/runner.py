@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from seedflood import __version__
 from seedflood.algorithms.attacks import PoisoningSeedFlood
@@ -24,9 +25,11 @@ from seedflood.build import Parts, build_parts, run_direction
 from seedflood.config import ConfigError, RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_temporaries
 from seedflood.learning.accuracy_cache import cached_accuracy
-from seedflood.learning.models import add_lora, state_hash
+from seedflood.learning.models import add_lora, save_model, state_hash
+from seedflood.learning.schedules import eps_schedule, lr_schedule
 from seedflood.learning.scoring import TokenizedExample, accuracy, majority_rate
 from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.checkpoint import (
     Progress,
     checkpoint_path,
@@ -43,6 +46,7 @@ from seedflood.sim.devices import (
     run_device,
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
+from seedflood.sim.ledger import RunLedger
 from seedflood.topology import Topology
 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
@@ -55,6 +59,7 @@ class Experiment:
     config: RunConfig
     topology: Topology
     algorithm: Algorithm
+    tokenizer: PreTrainedTokenizerBase
     val: list[TokenizedExample]
     test: list[TokenizedExample]
     pad_id: int
@@ -92,8 +97,8 @@ def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
         "topology": topology,
         "shards": [parts.shard(c) for c in range(config.clients)],
         "pad_id": parts.pad_id,
-        "lr": config.lr,
-        "eps": config.eps,
+        "lr": lr_schedule(config),
+        "eps": eps_schedule(config),
         "batch_size": config.batch_size,
         "local_steps": config.steps_per_round,
         "run_seed": config.seed,
@@ -119,6 +124,7 @@ def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
             repair=repair,
             repair_exchanges=config.repair_exchanges,
             clip=ScalarClip.from_config(config),
+            guard=DivergenceGuard.from_config(config),
             **common,
         )
     if config.lora:
@@ -152,6 +158,7 @@ def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
         config=config,
         topology=parts.topology,
         algorithm=build_algorithm(config, parts),
+        tokenizer=parts.tokenizer,
         val=parts.val,
         test=parts.test,
         pad_id=parts.pad_id,
@@ -218,9 +225,11 @@ def run(
 
     Every evaluation also writes a checkpoint, and ``resume`` continues from it: a run killed at
     any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
-    timing fields. The checkpoint is deleted once results.json is written, since a finished run
-    is its results and a model-sized file per run would fill the disk under a comparison grid;
-    so resuming a finished run (without its results from ``compare``) starts it afresh.
+    timing fields. A finished run also writes its trained model (``model/``, as transformers
+    saves one; the clients' average where they differ) and, for SeedFlood, its ledger
+    (``messages.log`` and ``manifest.json``: `seedflood replay` rebuilds the model from them).
+    The checkpoint is deleted once results.json is written, so resuming a finished run (without
+    its results from ``compare``) starts it afresh.
     """
     out = Path(out_dir)
     saved_at = checkpoint_path(out)
@@ -238,7 +247,13 @@ def run(
     with device:
         exp = build(config, device)
         algorithm = exp.algorithm
+        base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
         state = _fresh_or_resumed(exp, saved_at, resume, report)
+        ledger = (
+            RunLedger(out, config, algorithm, base_hash)
+            if isinstance(algorithm, SeedFlood)
+            else None
+        )
         history, train_seconds = state.history, state.train_seconds
         started = time.perf_counter() - state.wall_seconds
 
@@ -249,6 +264,8 @@ def run(
             history.append(entry)
             atomic_write_jsonl(out / "history.jsonl", history)
             maybe_kill(kill, done, "history")
+            if ledger is not None:
+                ledger.sync()
             progress_now = Progress(
                 done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
             )
@@ -259,15 +276,28 @@ def run(
         for round_index in range(state.round, config.rounds):
             round_started = time.perf_counter()
             stats = algorithm.run_round(round_index)
+            if ledger is not None:
+                ledger.record()
             train_seconds += time.perf_counter() - round_started
             done = round_index + 1
             maybe_kill(kill, done, "round")
-            if done % config.eval_every == 0 or done == config.rounds:
+            stopped = algorithm.stop_reason()
+            if stopped:
+                report(done, {"event": "note", "text": stopped})
+            if stopped or done % config.eval_every == 0 or done == config.rounds:
                 record(done, stats)
             maybe_kill(kill, done, "checkpoint")
             event = "evaluation" if history[-1]["round"] == done else "round"
             report(done, {**history[-1], **stats, "event": event})
+            if stopped:
+                break
         results = _results(config, exp, state.zero_shot_accuracy, device)
+        if ledger is not None:
+            results.update(ledger.close())
+        if config.save_model:
+            with algorithm.global_view():
+                save_model(algorithm.model, exp.tokenizer, out / "model")
+            results["model_dir"] = "model"  # beside results.json
         results["wall_seconds"] = time.perf_counter() - started
         results["train_seconds"] = train_seconds
         atomic_write_json(out / "results.json", results)

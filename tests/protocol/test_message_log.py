@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.peers.message_log import MAX_RECORD_BYTES, MessageLog, MessageLogError
+from seedflood.protocol.message_log import MAX_RECORD_BYTES, MessageLog, MessageLogError
 from seedflood.protocol.messages import Message, encode_packet
 
 

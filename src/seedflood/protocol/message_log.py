@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from seedflood.files import atomic_write_bytes
 from seedflood.protocol.messages import (
     MAX_MESSAGES_PER_PACKET,
     CodecError,
@@ -77,6 +78,31 @@ def _records(data: bytes, path: Path) -> Iterator[tuple[int, list[Message]]]:
         offset = end
 
 
+def read_messages(path: str | os.PathLike) -> list[Message]:
+    """Every whole record's messages, read without touching the file (a torn tail is left out;
+    damage raises MessageLogError)."""
+    path = Path(path)
+    return [m for _, messages in _records(path.read_bytes(), path) for m in messages]
+
+
+def _frames(messages: Sequence[Message], scalar_format: str) -> bytes:
+    """``messages`` as framed records of at most MAX_MESSAGES_PER_PACKET each."""
+    out = bytearray()
+    for start in range(0, len(messages), MAX_MESSAGES_PER_PACKET):
+        payload = encode_packet(messages[start : start + MAX_MESSAGES_PER_PACKET], scalar_format)
+        out += _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    return bytes(out)
+
+
+def keep_first(path: str | os.PathLike, count: int, scalar_format: str = "fp32") -> None:
+    """Cut the log at ``path`` back to its first ``count`` messages, atomically: a run resumed
+    from a checkpoint drops what it logged after the checkpoint, since it commits it again."""
+    messages = read_messages(path)
+    if count > len(messages):
+        raise MessageLogError(f"{path} holds {len(messages)} messages, fewer than {count}")
+    atomic_write_bytes(path, _frames(messages[:count], scalar_format))
+
+
 class MessageLog:
     """Committed messages of one peer, in commit order, durable once ``sync`` returns."""
 
@@ -125,11 +151,7 @@ class MessageLog:
         unsynced = self._messages[self._synced :]
         if not unsynced:
             return
-        for start in range(0, len(unsynced), MAX_MESSAGES_PER_PACKET):
-            payload = encode_packet(
-                unsynced[start : start + MAX_MESSAGES_PER_PACKET], self.scalar_format
-            )
-            self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        self._file.write(_frames(unsynced, self.scalar_format))
         self._file.flush()
         os.fsync(self._file.fileno())
         self._synced = len(self._messages)

@@ -1,0 +1,130 @@
+"""A SeedFlood run as a ledger: its committed messages and a manifest of what they mean.
+
+The trained model is the base model plus every committed message applied in canonical order, so
+the message log (`seedflood.protocol.message_log`, a few bytes per message) and a manifest of the
+base model, its hash and the config keys that shape an update are the whole run: `seedflood
+replay` rebuilds the model from them alone, with no data and no forward pass, and checks it ends
+on the run's state hash. Simulated runs and real peers write the same two files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from seedflood.files import atomic_write_json
+from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.message_log import by_step, read_messages
+from seedflood.protocol.messages import Message
+from seedflood.protocol.updates import message_updates
+from seedflood.zo import Update
+
+MANIFEST = "manifest.json"
+LOG = "messages.log"
+LEDGER_VERSION = 1
+UPDATE_KEYS: tuple[str, ...] = (
+    "model",
+    "seed",
+    "clients",
+    "lr",
+    "lr_schedule",
+    "warmup_steps",
+    "rounds",
+    "local_steps",
+    "direction",
+    "rank",
+    "refresh",
+    "scalar_format",
+    "clip_multiple",
+    "clip_window",
+)
+"""The run config's keys that decide what a message does to the model: with the base model and
+the log they fix the trained model, so a replay reads nothing else."""
+
+
+class Direction(Protocol):
+    """What applying a log needs of a direction family (`seedflood.zo`)."""
+
+    def apply(self, updates: Sequence[Update]) -> None: ...
+
+
+def apply_log(
+    direction: Direction,
+    messages: Sequence[Message],
+    *,
+    run_seed: int,
+    lr: Callable[[int], float],
+    clients: int,
+    clip: ScalarClip | None = None,
+    start: int = 0,
+) -> None:
+    """Apply a canonical log's messages from index ``start`` on to ``direction``'s parameters,
+    as commits applied them: clipped step by step where the run clipped (the clip window needs
+    every step again, applied or not)."""
+    if clip is None:
+        direction.apply(
+            message_updates(messages[start:], run_seed=run_seed, lr=lr, clients=clients)
+        )
+        return
+    for index, step_messages in by_step(messages):
+        clipped = clip.commit(step_messages)
+        if index >= start:
+            direction.apply(message_updates(clipped, run_seed=run_seed, lr=lr, clients=clients))
+
+
+class LedgerError(ValueError):
+    """A run directory whose ledger is missing, damaged or does not end where the run ended."""
+
+
+def write_manifest(
+    directory: Path,
+    config: dict[str, Any],
+    *,
+    base_hash: str,
+    state_hash: str,
+    messages: int,
+) -> dict[str, Any]:
+    """Write ``directory``/manifest.json for a run of ``config`` (a config dump) whose log holds
+    ``messages`` committed messages; returns what it wrote."""
+    manifest = {
+        "ledger_version": LEDGER_VERSION,
+        "update": {key: config[key] for key in UPDATE_KEYS},
+        "base_hash": base_hash,
+        "state_hash": state_hash,
+        "messages": messages,
+        "log_bytes": (directory / LOG).stat().st_size,
+    }
+    atomic_write_json(directory / MANIFEST, manifest)
+    return manifest
+
+
+def read_ledger(directory: Path) -> tuple[dict[str, Any], list[Message]]:
+    """The manifest and the committed messages of the run in ``directory``, checked against each
+    other; every problem is a LedgerError naming the file."""
+    path = directory / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LedgerError(
+            f"{path} not found: a SeedFlood run directory (or a peer's state dir) holds "
+            f"{MANIFEST} and {LOG} once the run has finished"
+        ) from None
+    except (OSError, ValueError) as error:
+        raise LedgerError(f"{path} is not a readable JSON manifest: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("ledger_version") != LEDGER_VERSION:
+        raise LedgerError(f"{path} is not a ledger manifest of version {LEDGER_VERSION}")
+    missing = [k for k in ("update", "base_hash", "state_hash", "messages") if k not in manifest]
+    if missing or set(manifest["update"]) != set(UPDATE_KEYS):
+        raise LedgerError(f"{path} lacks {missing or 'update keys'}: it was not written whole")
+    try:
+        messages = read_messages(directory / LOG)
+    except (OSError, ValueError) as error:
+        raise LedgerError(f"{directory / LOG}: {error}") from None
+    if len(messages) != manifest["messages"]:
+        raise LedgerError(
+            f"{directory / LOG} holds {len(messages)} messages, but the manifest counts "
+            f"{manifest['messages']}: the log does not belong to this manifest"
+        )
+    return manifest, messages

@@ -1,0 +1,57 @@
+"""A simulated SeedFlood run's ledger: the messages it commits, logged round by round in the real
+peers' log format, and its manifest once it ends (see `seedflood.protocol.ledger`).
+
+The log follows the checkpoint: it is synced before each checkpoint is written, and a resumed run
+cuts it back to what its checkpoint had committed, so a killed and resumed run logs what an
+uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.config import RunConfig
+from seedflood.protocol.ledger import LOG, write_manifest
+from seedflood.protocol.message_log import MessageLog, keep_first
+from seedflood.sim.checkpoint import CheckpointError
+
+
+class RunLedger:
+    """The ledger of ``algorithm``'s run in ``out``, opened afresh, or where the restored
+    algorithm's checkpoint left it; ``base_hash`` is the untrained model's state hash."""
+
+    def __init__(self, out: Path, config: RunConfig, algorithm: SeedFlood, base_hash: str) -> None:
+        self.path = out / LOG
+        self.config, self.algorithm, self.base_hash = config, algorithm, base_hash
+        committed = algorithm.committed_count
+        if committed == 0:
+            self.path.unlink(missing_ok=True)
+        elif self.path.is_file():
+            keep_first(self.path, committed, config.scalar_format)
+        self.log = MessageLog(self.path, config.scalar_format)
+        if len(self.log) != committed:
+            raise CheckpointError(
+                f"{self.path} holds {len(self.log)} messages but the checkpoint committed "
+                f"{committed}: the run's ledger was lost; run it again without --resume"
+            )
+
+    def record(self) -> None:
+        """Log what the last round committed."""
+        self.log.append(self.algorithm.take_committed())
+
+    def sync(self) -> None:
+        self.log.sync()
+
+    def close(self) -> dict[str, Any]:
+        """Sync and close the log and write the manifest; the fields results.json takes."""
+        self.log.close()
+        manifest = write_manifest(
+            self.path.parent,
+            {**self.config.model_dump(), "local_steps": self.config.steps_per_round},
+            base_hash=self.base_hash,
+            state_hash=self.algorithm.state_hash(),
+            messages=len(self.log),
+        )
+        return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}

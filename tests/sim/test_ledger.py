@@ -1,0 +1,175 @@
+"""A run hands its model out and is a ledger: the exported model reloads with transformers and
+gives the run's logits, `seedflood replay` rebuilds the model from the message log alone and
+ends on the run's hash, `seedflood evaluate` scores the export as the run did, and the divergence
+guard stops a run made to diverge at one step that the replay reproduces."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
+
+from seedflood.cli import app
+from seedflood.config import load_config
+from seedflood.learning.models import save_model
+from seedflood.protocol.ledger import LOG, MANIFEST, LedgerError
+from seedflood.sim.replay import replay
+from seedflood.sim.runner import build, run
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+
+
+def config(data_dir: Path, *extra: str):
+    return load_config(
+        QUICKSTART,
+        [
+            "model=tiny",
+            f"data_dir={data_dir}",
+            "clients=4",
+            "rounds=6",
+            "eval_every=3",
+            "rank=8",
+            "batch_size=4",
+            "n_train=64",
+            "n_val=16",
+            "n_test=40",
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    ids = torch.tensor([[1, 17, 230, 4012, 99, 5], [7, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def test_the_exported_model_reloads_with_the_runs_logits(data_dir, tmp_path, one_thread) -> None:
+    run_config = config(data_dir, "hops=1", "clients=8")  # hops 1: clients differ at the end
+    exp = build(run_config)
+    for round_index in range(run_config.rounds):
+        exp.algorithm.run_round(round_index)
+    with exp.algorithm.global_view():
+        expected = logits(exp.algorithm.model)
+        save_model(exp.algorithm.model, exp.tokenizer, tmp_path / "model")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert torch.equal(logits(reloaded), expected)
+
+
+@pytest.mark.parametrize("variant", [["method=seedflood"], ["method=seedflood", "clip_multiple=3"]])
+def test_replay_of_a_simulated_run_ends_on_its_hash(
+    variant, data_dir, tmp_path, one_thread
+) -> None:
+    results = run(config(data_dir, *variant), tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    assert manifest["messages"] == results["ledger_messages"] == 4 * 6
+    assert results["ledger_bytes"] == (tmp_path / LOG).stat().st_size < 200
+    done = replay(tmp_path, tmp_path / "replayed")
+    assert done["state_hash"] == results["state_hash"] == manifest["state_hash"]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    rebuilt = AutoModelForCausalLM.from_pretrained(tmp_path / "replayed")
+    assert torch.equal(logits(exported), logits(rebuilt))
+
+
+def test_a_ledger_that_does_not_match_is_refused_by_name(data_dir, tmp_path, one_thread) -> None:
+    run(config(data_dir), tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    wrong = copy.deepcopy(manifest)
+    wrong["update"]["lr"] *= 2
+    (tmp_path / MANIFEST).write_text(json.dumps(wrong))
+    with pytest.raises(LedgerError, match=r"ends on .* not on the run's"):
+        replay(tmp_path)
+    (tmp_path / MANIFEST).write_text(json.dumps({**manifest, "messages": 3}))
+    with pytest.raises(LedgerError, match="holds 24 messages, but the manifest counts 3"):
+        replay(tmp_path)
+    result = CliRunner().invoke(app, ["replay", str(tmp_path / "nowhere")])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "not found: a SeedFlood run directory" in output
+
+
+def test_evaluate_scores_the_export_as_the_run_did(data_dir, tmp_path, one_thread) -> None:
+    results = run(config(data_dir), tmp_path)
+    args = ["evaluate", str(tmp_path / "model"), "--task", "sst2"]
+    for override in (f"data_dir={data_dir}", "n_train=64", "n_val=16", "n_test=40"):
+        args += ["--set", override]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert f"test accuracy {results['accuracy']:.4f} on 40 sst2 examples" in output
+
+
+def test_gossip_runs_export_their_model_and_lora_its_adapter(
+    data_dir, tmp_path, one_thread
+) -> None:
+    results = run(config(data_dir, "method=dsgd", "lora=true", "lr=0.5"), tmp_path)
+    assert results["model_dir"] == "model" and "ledger_messages" not in results
+    assert (tmp_path / "model" / "adapter" / "adapter_model.safetensors").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+
+
+def test_a_rate_far_too_high_trips_the_guard_and_the_replay_agrees(
+    data_dir, tmp_path, one_thread
+) -> None:
+    results = run(
+        config(data_dir, "lr=30", "rounds=200", "eval_every=100", "guard_warmup=10"), tmp_path
+    )
+    guard = results["guard"]
+    assert guard["action"] == "stopped" and 10 <= guard["step"] < 200
+    assert guard["mean_abs_scalar"] > guard["factor"] * guard["median"]
+    # The run ends on the model of the step before: every client committed the same steps.
+    assert results["committed_step"] == guard["step"] - 1
+    assert results["ledger_messages"] == 4 * guard["step"]
+    assert replay(tmp_path)["state_hash"] == results["state_hash"]
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert history[-1]["round"] == guard["step"] + 1
+
+
+def test_the_guard_is_on_by_default_and_quiet_on_a_sane_run(data_dir, tmp_path, one_thread) -> None:
+    results = run(config(data_dir, "rounds=40", "eval_every=40", "guard_warmup=10"), tmp_path)
+    assert results["guard"] == {"action": "none"} and results["committed_step"] == 39
+    off = run(config(data_dir, "guard_factor=null"), tmp_path / "off")
+    assert off["guard"] == {"action": "off"}
+
+
+def test_scalars_beyond_fp16_saturate_and_are_counted(data_dir, tmp_path, one_thread) -> None:
+    args = ["run", str(QUICKSTART), "--out", str(tmp_path)]
+    for override in (
+        "model=tiny",
+        f"data_dir={data_dir}",
+        "clients=4",
+        "rounds=2",
+        "n_train=64",
+        "n_val=16",
+        "n_test=16",
+        "attackers=1",
+        "attack_factor=1e9",
+        "scalar_format=fp16",
+        "guard_factor=null",
+    ):
+        args += ["--set", override]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["saturated_scalars"] == 2  # the attacker's message of each round
+    assert replay(tmp_path)["state_hash"] == results["state_hash"]
+
+
+def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
+    args = ["run", str(QUICKSTART), "--set", "model=tiny", "--set", f"seed={2**63}"]
+    result = CliRunner().invoke(app, args)
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "seed" in output and "less than 9223372036854775808" in output
