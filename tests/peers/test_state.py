@@ -20,6 +20,7 @@ from seedflood.peers.crypto import Context, SignedBatch, public_hex
 from seedflood.peers.inbox import BatchStore, Door, batch_body, batch_header
 from seedflood.peers.p2p import Frame
 from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
+from seedflood.protocol.guard import DivergenceGuard
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
 from tests.algorithms.test_seedflood import make_seedflood
@@ -287,3 +288,28 @@ def test_a_peer_floods_only_signed_batches_and_bans_whoever_delivers_a_forgery(
         honest.signature,
         own.signature,
     ]
+
+
+def test_the_guard_stops_every_peer_at_the_same_step_as_the_simulator(tiny, tmp_path: Path) -> None:
+    topology = make_topology("ring", 4)
+    guard = {"factor": 8.0, "window": 100, "warmup": 5}
+    sim = make_seedflood(tiny, topology, hops=topology.diameter, lr=30.0)
+    sim.guard = DivergenceGuard(**guard)
+    cluster = Cluster(sim, tmp_path, clients=4, guard=DivergenceGuard(**guard))
+    # each peer state gets its own guard: they must refuse the same step independently
+    for index in (1, 2, 3):
+        cluster.states[index].guard = DivergenceGuard(**guard)
+    for round_index in range(200):
+        sim.run_round(round_index)
+        cluster.round(round_index)
+        if sim.tripped is not None:
+            break
+    assert sim.tripped is not None
+    stops = {state.tripped.step for state in cluster.states.values() if state.tripped}
+    assert stops == {sim.tripped.step} and len(cluster.states) == 4
+    assert cluster.hashes() == [sim.state_hash()] * 4
+    for state in cluster.states.values():
+        state.log.close()
+    cluster.kw["guard"] = DivergenceGuard(**guard)
+    restarted = cluster.make(2)  # the log holds the steps before; the guard replays quietly
+    assert restarted.state_hash() == sim.state_hash() and restarted.tripped is None

@@ -30,7 +30,7 @@ from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.flooding import FloodState, Transport, flood, origins
-from seedflood.protocol.guard import DivergenceGuard, Tripped
+from seedflood.protocol.guard import DivergenceGuard, Tripped, guard_record
 from seedflood.protocol.messages import Message, saturate
 from seedflood.protocol.updates import Update, message_updates
 from seedflood.topology import Topology
@@ -378,11 +378,7 @@ class SeedFlood:
             **({"clipped_messages": self.clip.clipped} if self.clip is not None else {}),
             **(self.repair.describe() if self.repair is not None else {}),
             **self.network.describe(),
-            "guard": (
-                self.tripped.to_json()
-                if self.tripped is not None
-                else {"action": "none" if self.guard is not None else "off"}
-            ),
+            "guard": guard_record(self.guard, self.tripped),
         }
 
     def stop_reason(self) -> str | None:

@@ -48,6 +48,7 @@ from seedflood.peers.p2p import (
 from seedflood.peers.seats import Seating, start_dht
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.guard import DivergenceGuard, guard_record
 from seedflood.protocol.ledger import write_manifest
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
 
@@ -168,6 +169,7 @@ class Node:
             snapshot_every=config.snapshot_every,
             on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
             clip=ScalarClip.from_config(config),
+            guard=DivergenceGuard.from_config(config),
         )
 
     def _handlers(self) -> dict[str, Handler]:
@@ -192,7 +194,8 @@ class Node:
                 if self.state.commit():
                     since = last_pull = time.monotonic()
                 settled = self.exchange.settled() if self.door.waiting else []
-                targets, finished = dict(self.seating.neighbors), ready()
+                targets = dict(self.seating.neighbors)
+                finished = ready() or self.state.tripped is not None
                 if not finished and not settled:
                     self.cond.wait(0.05)
             if settled:
@@ -262,8 +265,10 @@ class Node:
             state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
         )
         round_started = time.monotonic()
-        while next_round < config.rounds:
+        while next_round < config.rounds and state.tripped is None:
             self._wait(lambda r=next_round: state.ready_for(r), f"round {next_round}")
+            if state.tripped is not None:
+                break
             messages, losses = state.originate(next_round, guard=self.cond)
             with self.cond:
                 self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
@@ -290,6 +295,8 @@ class Node:
             train_seconds += time.monotonic() - round_started
             round_started = time.monotonic()
         self._wait(lambda: state.committed_step >= last_step, "the last step")
+        if state.tripped is not None:
+            self.say(state.tripped.explain(state.lr(state.tripped.step)))
         results = {**self._results(started, train_seconds), **self._hand_out()}
         self.seating.finish()
         self._linger()
@@ -361,6 +368,7 @@ class Node:
             "committed_step": state.committed_step,
             "clipped_messages": state.clip.clipped if state.clip is not None else 0,
             "saturated_scalars": state.saturated,
+            "guard": guard_record(state.guard, state.tripped),
             "rounds": config.rounds,
             "steps": config.rounds * self.local_steps,
             "clients": config.clients,

@@ -38,6 +38,7 @@ from seedflood.learning.models import state_hash
 from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.guard import DivergenceGuard, Tripped
 from seedflood.protocol.ledger import LOG, apply_log
 from seedflood.protocol.message_log import MessageLog
 from seedflood.protocol.messages import Message, saturate
@@ -138,6 +139,7 @@ class PeerState:
         snapshot_every: int = 100,
         on_divergence: Callable[[str], None] | None = None,
         clip: ScalarClip | None = None,
+        guard: DivergenceGuard | None = None,
     ) -> None:
         self.me, self.clients = me, clients
         self.model, self.direction = model, direction
@@ -162,6 +164,8 @@ class PeerState:
         self.committed: list[Message] = []
         self.committed_step = -1
         self.clip = clip
+        self.guard = guard
+        self.tripped: Tripped | None = None
         self.replayed = self._restore()
         if self.members_path.is_file():
             self.learn(Members.from_json(json.loads(self.members_path.read_text())))
@@ -193,6 +197,7 @@ class PeerState:
             lr=self.lr,
             clients=self.clients,
             clip=self.clip,
+            guard=self.guard,
             start=start,
         )
         if self.committed:
@@ -361,14 +366,18 @@ class PeerState:
     def commit(self) -> int:
         """Commit every complete step in canonical order; how many steps were committed."""
         before = self.committed_step
-        while True:
+        while self.tripped is None:
             step = self.committed_step + 1
             expected = self.members.expected(step)
             held = self.pending.get(step, {})
             if not expected or any(index not in held for index in expected):
                 break
             messages = [held[index] for index in expected]
-            self._apply(messages if self.clip is None else self.clip.commit(messages))
+            committed = messages if self.clip is None else self.clip.commit(messages)
+            if self.guard is not None and (tripped := self.guard.check(step, committed)):
+                self.tripped = tripped  # every peer refuses this same step: the run ends here
+                break
+            self._apply(committed)
             self.log.append(messages)
             self.committed += messages
             self.committed_step = step

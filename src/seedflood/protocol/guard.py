@@ -81,3 +81,10 @@ class DivergenceGuard:
                 return Tripped(step, mean, median, self.factor, self.window)
         self.means.append(mean)
         return None
+
+
+def guard_record(guard: DivergenceGuard | None, tripped: Tripped | None) -> dict[str, Any]:
+    """What results.json says the guard did: stopped (and why), nothing, or off."""
+    if tripped is not None:
+        return tripped.to_json()
+    return {"action": "none" if guard is not None else "off"}

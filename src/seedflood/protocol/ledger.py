@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from seedflood.files import atomic_write_json
 from seedflood.protocol.clipping import ScalarClip
+from seedflood.protocol.guard import DivergenceGuard
 from seedflood.protocol.message_log import by_step, read_messages
 from seedflood.protocol.messages import Message
 from seedflood.protocol.updates import message_updates
@@ -58,20 +59,28 @@ def apply_log(
     lr: Callable[[int], float],
     clients: int,
     clip: ScalarClip | None = None,
+    guard: DivergenceGuard | None = None,
     start: int = 0,
 ) -> None:
     """Apply a canonical log's messages from index ``start`` on to ``direction``'s parameters,
     as commits applied them: clipped step by step where the run clipped (the clip window needs
-    every step again, applied or not)."""
-    if clip is None:
-        direction.apply(
-            message_updates(messages[start:], run_seed=run_seed, lr=lr, clients=clients)
-        )
+    every step again, applied or not), and shown to ``guard`` so that its window is where the
+    run's was (a log never holds a step the guard refused)."""
+
+    def apply(part: Sequence[Message]) -> None:
+        direction.apply(message_updates(part, run_seed=run_seed, lr=lr, clients=clients))
+
+    if clip is None and guard is None:
+        apply(messages[start:])
         return
     for index, step_messages in by_step(messages):
-        clipped = clip.commit(step_messages)
+        committed = step_messages if clip is None else clip.commit(step_messages)
+        if guard is not None and guard.check(step_messages[0].step, committed):
+            raise LedgerError(
+                f"the divergence guard refuses step {step_messages[0].step} of the log"
+            )
         if index >= start:
-            direction.apply(message_updates(clipped, run_seed=run_seed, lr=lr, clients=clients))
+            apply(committed)
 
 
 class LedgerError(ValueError):

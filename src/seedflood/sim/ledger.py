@@ -45,8 +45,11 @@ class RunLedger:
         self.log.sync()
 
     def close(self) -> dict[str, Any]:
-        """Sync and close the log and write the manifest; the fields results.json takes."""
+        """Close the log, written anew in whole records (its framing then does not depend on
+        when a crash made the run resume), and write the manifest; the fields results.json
+        takes."""
         self.log.close()
+        keep_first(self.path, len(self.log), self.config.scalar_format)
         manifest = write_manifest(
             self.path.parent,
             {**self.config.model_dump(), "local_steps": self.config.steps_per_round},
