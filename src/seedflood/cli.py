@@ -310,12 +310,11 @@ def replay(
 ) -> None:
     """Rebuild a SeedFlood run's model from its ledger alone (base model + message log) and
     check it ends on the run's state hash."""
-    from seedflood.protocol.ledger import LedgerError
     from seedflood.sim.replay import replay as replay_ledger
 
     try:
         done = replay_ledger(run_dir, out)
-    except (*USER_ERRORS, LedgerError) as error:
+    except USER_ERRORS as error:
         raise _fail(error) from None
     console.print(
         f"replayed {done['messages']:,} messages: state hash {done['state_hash'][:16]}… equals "

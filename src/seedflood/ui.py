@@ -9,12 +9,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from seedflood.config import ConfigError
 from seedflood.learning.models import ModelError
 from seedflood.learning.tasks import DataError
+from seedflood.protocol.ledger import LedgerError
+from seedflood.protocol.message_log import MessageLogError
 from seedflood.protocol.messages import CodecError
 from seedflood.topology import TopologyError
 from seedflood.zo import DirectionError
 
 console = Console(stderr=True)
-USER_ERRORS = (ConfigError, DataError, TopologyError, ModelError, DirectionError, CodecError)
+USER_ERRORS = (
+    ConfigError,
+    DataError,
+    TopologyError,
+    ModelError,
+    DirectionError,
+    CodecError,
+    MessageLogError,
+    LedgerError,
+)
 
 
 def fail(error: Exception) -> typer.Exit:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,29 +21,28 @@ from seedflood.cli import app
 from seedflood.config import load_config
 from seedflood.learning.models import save_model
 from seedflood.protocol.ledger import LOG, MANIFEST, LedgerError
+from seedflood.sim.checkpoint import CHECKPOINT_NAME, KILL_AT_VARIABLE, KILL_ROUND_VARIABLE
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
+SETTINGS = (
+    "model=tiny",
+    "clients=4",
+    "rounds=6",
+    "eval_every=3",
+    "rank=8",
+    "batch_size=4",
+    "n_train=64",
+    "n_val=16",
+    "n_test=40",
+)
+
+
 def config(data_dir: Path, *extra: str):
-    return load_config(
-        QUICKSTART,
-        [
-            "model=tiny",
-            f"data_dir={data_dir}",
-            "clients=4",
-            "rounds=6",
-            "eval_every=3",
-            "rank=8",
-            "batch_size=4",
-            "n_train=64",
-            "n_val=16",
-            "n_test=40",
-            *extra,
-        ],
-    )
+    return load_config(QUICKSTART, [*SETTINGS, f"data_dir={data_dir}", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,7 @@ def test_replay_of_a_simulated_run_ends_on_its_hash(
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     assert manifest["messages"] == results["ledger_messages"] == 4 * 6
     assert results["ledger_bytes"] == (tmp_path / LOG).stat().st_size < 200
+    assert results["model_bytes"] > 1000 * results["ledger_bytes"]
     done = replay(tmp_path, tmp_path / "replayed")
     assert done["state_hash"] == results["state_hash"] == manifest["state_hash"]
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
@@ -173,3 +176,32 @@ def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
     result = CliRunner().invoke(app, args)
     output = " ".join(result.output.split())
     assert result.exit_code == 2 and "seed" in output and "less than 9223372036854775808" in output
+
+
+def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thread) -> None:
+    """Killed after round 7 with its checkpoint gone: the log and history.jsonl (evaluations
+    every 3 rounds) bring it back to round 6 with no forward pass, and it ends as an
+    uninterrupted run does."""
+    sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=9"]
+    whole = run(load_config(QUICKSTART, sets), tmp_path / "whole")
+    args = ["run", str(QUICKSTART), "--out", str(tmp_path / "cut"), "--resume"]
+    for override in sets:
+        args += ["--set", override]
+    env = {
+        **os.environ,
+        KILL_ROUND_VARIABLE: "7",
+        KILL_AT_VARIABLE: "round",
+        "OMP_NUM_THREADS": "1",
+    }
+    killed = subprocess.run([sys.executable, "-m", "seedflood", *args], env=env, check=False)
+    assert killed.returncode == 137
+    (tmp_path / "cut" / CHECKPOINT_NAME).unlink()
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "resumed from the ledger at round 6" in " ".join(result.output.split())
+    resumed = json.loads((tmp_path / "cut" / "results.json").read_text())
+    timing = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
+    assert {k: v for k, v in resumed.items() if k not in timing} == {
+        k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
+    }
+    assert (tmp_path / "cut" / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()

@@ -31,7 +31,7 @@ from seedflood.learning.scoring import TokenizedExample, loss_and_correct
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.flooding import FloodState, Transport, flood, origins
 from seedflood.protocol.guard import DivergenceGuard, Tripped, guard_record
-from seedflood.protocol.messages import Message, saturate
+from seedflood.protocol.messages import LARGEST, Message, saturate
 from seedflood.protocol.updates import Update, message_updates
 from seedflood.topology import Topology
 from seedflood.zo import (
@@ -285,7 +285,6 @@ class SeedFlood:
     def run_round(self, round_index: int) -> dict[str, float]:
         """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then (over
         faulty links) anti-entropy exchanges, then commit."""
-        self.network.at_round(round_index)
         losses, scalars = [], []
         for offset in range(self.local_steps):
             step = round_index * self.local_steps + offset
@@ -295,11 +294,33 @@ class SeedFlood:
                 estimates = self._estimates_one_by_one(step)
             for client, (scalar, loss) in enumerate(estimates):
                 message = self.make_message(step, client, scalar)
-                self.floods[client].originate(message)
-                self.pending.setdefault(step, {})[client] = message
+                self._originate(message)
                 losses.append(loss)
                 scalars.append(abs(message.scalar))
-                self.messages_made += 1
+        return {
+            "train_loss": sum(losses) / len(losses),
+            "mean_abs_scalar": sum(scalars) / len(scalars),
+            **self._spread(round_index),
+        }
+
+    def replay_round(self, round_index: int, messages: Sequence[Message]) -> None:
+        """Round ``round_index`` with its messages given instead of estimated: flooded, repaired
+        and committed as the run did, with no forward pass. A run resumed from its ledger
+        replays its logged rounds this way, which restores the model, the flood states, the
+        traffic counters and the clip and guard windows exactly."""
+        for message in messages:
+            self.saturated += abs(message.scalar) == LARGEST[self.scalar_format]
+            self._originate(message)
+        self._spread(round_index)
+
+    def _originate(self, message: Message) -> None:
+        self.floods[message.origin].originate(message)
+        self.pending.setdefault(message.step, {})[message.origin] = message
+        self.messages_made += 1
+
+    def _spread(self, round_index: int) -> dict[str, float]:
+        """The round's flooding hops, anti-entropy over faulty links, then commit."""
+        self.network.at_round(round_index)
         flood(self.floods, self.network, self.hops)
         stats: dict[str, float] = {}
         if self.repair is not None:
@@ -308,12 +329,7 @@ class SeedFlood:
             )
             stats["repair_exchanges"] = float(exchanges)
         self._commit()
-        return {
-            "train_loss": sum(losses) / len(losses),
-            "mean_abs_scalar": sum(scalars) / len(scalars),
-            "pending_messages": float(self.pending_held()),
-            **stats,
-        }
+        return {"pending_messages": float(self.pending_held()), **stats}
 
     def make_message(self, step: int, client: int, scalar: float) -> Message:
         """The message ``client`` floods for its estimate (fault-injection subclasses lie here),

@@ -3,7 +3,10 @@ peers' log format, and its manifest once it ends (see `seedflood.protocol.ledger
 
 The log follows the checkpoint: it is synced before each checkpoint is written, and a resumed run
 cuts it back to what its checkpoint had committed, so a killed and resumed run logs what an
-uninterrupted one does.
+uninterrupted one does. Where every message is committed in the round it is made (flooding with
+hops ≥ diameter over perfect links), the log and history.jsonl alone also resume a run, with no
+checkpoint: its rounds are replayed without a forward pass. Both files are a few kilobytes, so a
+long run can be committed evaluation by evaluation and continued on another machine.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from typing import Any
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
+from seedflood.files import read_jsonl
 from seedflood.protocol.ledger import LOG, write_manifest
-from seedflood.protocol.message_log import MessageLog, keep_first
+from seedflood.protocol.message_log import MessageLog, keep_first, read_messages
 from seedflood.sim.checkpoint import CheckpointError
 
 
@@ -58,3 +62,35 @@ class RunLedger:
             messages=len(self.log),
         )
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
+
+
+def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> list[dict[str, Any]]:
+    """Replay the rounds up to the last evaluation in ``out``/history.jsonl from ``out``'s log
+    into the freshly built ``algorithm``; that history, or [] where the run cannot be resumed
+    this way (no history beyond round 0, or messages that outlive their round)."""
+    history_file = out / "history.jsonl"
+    if not (history_file.is_file() and (out / LOG).is_file()) or not replayable(algorithm):
+        return []
+    history = read_jsonl(history_file)
+    rounds = history[-1]["round"] if history else 0
+    if rounds == 0:
+        return []
+    per_round = config.steps_per_round * config.clients
+    messages = read_messages(out / LOG)
+    if len(messages) < rounds * per_round:
+        raise CheckpointError(
+            f"{out / LOG} holds {len(messages)} messages, fewer than the {rounds * per_round} of "
+            f"the {rounds} rounds {history_file} records: the ledger was cut; run it afresh"
+        )
+    for round_index in range(rounds):
+        algorithm.replay_round(
+            round_index, messages[round_index * per_round : (round_index + 1) * per_round]
+        )
+    algorithm.take_committed()  # logged already
+    keep_first(out / LOG, rounds * per_round, config.scalar_format)
+    return history
+
+
+def replayable(algorithm: SeedFlood) -> bool:
+    """Whether every message a round makes is committed within it, so the log holds all state."""
+    return algorithm.repair is None and algorithm.hops >= algorithm.topology.diameter

@@ -46,7 +46,7 @@ from seedflood.sim.devices import (
     run_device,
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
-from seedflood.sim.ledger import RunLedger
+from seedflood.sim.ledger import RunLedger, resume_from_ledger
 from seedflood.topology import Topology
 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
@@ -194,9 +194,10 @@ def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, flo
 def _fresh_or_resumed(
     exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
 ) -> Progress:
-    """Where the loop starts: the checkpoint's state with ``resume`` (the algorithm restored in
-    place), else round 0 after scoring the untrained model (once per machine for each starting
-    model and test set: see accuracy_cache)."""
+    """Where the loop starts: with ``resume``, the checkpoint's state (the algorithm restored in
+    place), or else the last evaluation the ledger and history reach (rounds replayed into the
+    algorithm); otherwise round 0. The untrained model is scored first either way (once per
+    machine for each starting model and test set: see accuracy_cache)."""
     if resume and saved_at.is_file():
         state = load_checkpoint(saved_at, exp.config, exp.algorithm)
         report(
@@ -204,12 +205,22 @@ def _fresh_or_resumed(
             {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
         )
         return state
-    if resume:
-        report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
     with exp.algorithm.global_view():
         zero_shot = cached_accuracy(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
+    history = (
+        resume_from_ledger(saved_at.parent, exp.config, exp.algorithm)
+        if resume and isinstance(exp.algorithm, SeedFlood)
+        else []
+    )
+    if history:
+        done = history[-1]["round"]
+        report(done, {"event": "note", "text": f"resumed from the ledger at round {done}"})
+        last = history[-1]
+        return Progress(done, history, last["train_seconds"], last["wall_seconds"], zero_shot)
+    if resume:
+        report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
     report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
     return Progress(0, [], 0.0, 0.0, zero_shot)
 
@@ -298,6 +309,7 @@ def run(
             with algorithm.global_view():
                 save_model(algorithm.model, exp.tokenizer, out / "model")
             results["model_dir"] = "model"  # beside results.json
+            results["model_bytes"] = sum(f.stat().st_size for f in (out / "model").rglob("*"))
         results["wall_seconds"] = time.perf_counter() - started
         results["train_seconds"] = train_seconds
         atomic_write_json(out / "results.json", results)
