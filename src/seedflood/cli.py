@@ -283,7 +283,7 @@ def report(
     """Tables and plots from finished runs; --paper: one section per claim of the papers."""
     from seedflood.paper.document import write_paper_results
     from seedflood.pipeline.report import find_pipeline_runs, write_pipeline_report
-    from seedflood.report import write_report
+    from seedflood.report import in_progress, write_progress_report, write_report
 
     if paper:
         console.print(f"results: {write_paper_results(Path.cwd(), out or Path('docs/results.md'))}")
@@ -291,6 +291,9 @@ def report(
     if not directories:
         raise _fail(ValueError("give results directories, or --paper"))
     target = out or directories[0]
+    if len(directories) == 1 and in_progress(directories[0]):
+        console.print(f"report: {write_progress_report(directories[0], target)} (in progress)")
+        return
     pipeline_runs = [run for d in directories if d.exists() for run in find_pipeline_runs(d)]
     try:
         path = (

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from seedflood.files import atomic_write_json, atomic_write_text, read_jsonl
+from seedflood.protocol.message_log import by_step, read_messages
 
 
 @dataclass
@@ -316,6 +317,61 @@ def write_report(directories: list[Path], out: Path) -> Path:
     atomic_write_text(report, "\n".join(lines))
     atomic_write_json(out / "summary.json", rows)
     return report
+
+
+def in_progress(directory: Path) -> bool:
+    """A run directory with evaluations written and no results.json yet."""
+    return (directory / "history.jsonl").is_file() and not (directory / "results.json").exists()
+
+
+def write_progress_report(run_dir: Path, out: Path) -> Path:
+    """A run still in progress (history.jsonl, no results.json yet): its learning curve so far
+    and, for SeedFlood, every committed step's mean |scalar| read from its ledger, the quantity
+    the divergence guard watches. Returns the report's path."""
+    history = read_jsonl(run_dir / "history.jsonl")
+    evaluated = [h for h in history if h["round"] > 0]
+    figure, (accuracy, scalars) = plt.subplots(1, 2, figsize=(11, 4.2))
+    accuracy.plot([h["round"] for h in history], [100 * h["accuracy"] for h in history], "o-")
+    accuracy.set_xlabel("round")
+    accuracy.set_ylabel("validation accuracy (%)")
+    log = run_dir / "messages.log"
+    means = _step_means(log) if log.is_file() else []
+    scalars.plot(range(len(means)), means, linewidth=0.6)
+    scalars.set_xlabel("step")
+    scalars.set_ylabel("mean |scalar| of the step's messages")
+    for axis in (accuracy, scalars):
+        axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out / "progress.png", dpi=120)
+    plt.close(figure)
+    last = history[-1]
+    lines = [
+        f"# {run_dir.name}: in progress",
+        "",
+        f"Round {last['round']}: validation accuracy {100 * last['accuracy']:.1f}% "
+        f"(round 0: {100 * history[0]['accuracy']:.1f}%), {last['train_seconds']:.0f} s of "
+        f"training, {last['train_seconds'] / max(last['round'], 1):.1f} s per round.",
+        "",
+        "| round | validation accuracy (%) | train loss | mean \\|scalar\\| | training s |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {h['round']} | {100 * h['accuracy']:.1f} | {h.get('train_loss', 0):.4f} "
+            f"| {h.get('mean_abs_scalar', 0):.3f} | {h['train_seconds']:.0f} |"
+            for h in evaluated
+        ),
+        "",
+        "![learning curve and mean |scalar| per step](progress.png)",
+        "",
+    ]
+    report = out / "report.md"
+    atomic_write_text(report, "\n".join(lines))
+    return report
+
+
+def _step_means(log: Path) -> list[float]:
+    messages = read_messages(log)
+    return [sum(abs(m.scalar) for m in ms) / len(ms) for _, ms in by_step(messages)]
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

@@ -205,3 +205,13 @@ def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thre
         k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
     }
     assert (tmp_path / "cut" / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()
+
+
+def test_a_run_in_progress_is_reported_with_its_curve(data_dir, tmp_path, one_thread) -> None:
+    run(config(data_dir), tmp_path)
+    (tmp_path / "results.json").unlink()  # as a run killed after its last evaluation leaves it
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = (tmp_path / "report.md").read_text()
+    assert "in progress" in report and "| 6 |" in report and "s per round" in report
+    assert (tmp_path / "progress.png").stat().st_size > 10_000
