@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from seedflood.config import RunConfig
 from seedflood.learning.models import load_model
 from seedflood.learning.scoring import TokenizedExample, tokenize
-from seedflood.learning.tasks import Example, load_task, partition
+from seedflood.learning.tasks import Example, TaskData, load_task, partition
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import DenseDirection, SubCGEDirection, make_direction
 
@@ -62,11 +62,9 @@ def run_topology(config: RunConfig) -> Topology:
     )
 
 
-def build_parts(config: RunConfig, device: torch.device | None = None) -> Parts:
-    """The run's parts with its model on ``device`` (the CPU by default); call it inside ``with
-    device:`` so that the tensors a method creates later land there too."""
-    topology = run_topology(config)  # first: a bad graph is refused before any loading
-    data = load_task(
+def run_data(config: RunConfig) -> TaskData:
+    """The run's train, validation and test examples, drawn by its seed."""
+    return load_task(
         config.task,
         data_dir=config.resolved_data_dir(),
         seed=config.seed,
@@ -74,6 +72,13 @@ def build_parts(config: RunConfig, device: torch.device | None = None) -> Parts:
         n_val=config.n_val,
         n_test=config.n_test,
     )
+
+
+def build_parts(config: RunConfig, device: torch.device | None = None) -> Parts:
+    """The run's parts with its model on ``device`` (the CPU by default); call it inside ``with
+    device:`` so that the tensors a method creates later land there too."""
+    topology = run_topology(config)  # first: a bad graph is refused before any loading
+    data = run_data(config)
     model, tokenizer = load_model(config.model, seed=config.seed)
     model.to(device or torch.device("cpu"))
     return Parts(

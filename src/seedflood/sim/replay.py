@@ -13,12 +13,11 @@ from typing import Any
 
 import torch
 
-from seedflood.build import run_direction
+from seedflood.build import run_data, run_direction
 from seedflood.config import RunConfig
 from seedflood.learning.models import load_model, save_model, state_hash
 from seedflood.learning.schedules import lr_schedule
 from seedflood.learning.scoring import accuracy, tokenize
-from seedflood.learning.tasks import load_task
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.ledger import LedgerError, apply_log, read_ledger
 
@@ -60,14 +59,6 @@ def evaluate(model_dir: str, config: RunConfig) -> dict[str, Any]:
     """Test accuracy of the model in ``model_dir`` (or any name `load_model` takes) on
     ``config``'s task, with the test set and scoring a run of ``config`` uses."""
     model, tokenizer = load_model(model_dir, seed=config.seed)
-    data = load_task(
-        config.task,
-        data_dir=config.resolved_data_dir(),
-        seed=config.seed,
-        n_train=config.n_train,
-        n_val=config.n_val,
-        n_test=config.n_test,
-    )
-    test = tokenize(tokenizer, data.test, config.max_length)
+    test = tokenize(tokenizer, run_data(config).test, config.max_length)
     score = accuracy(model, test, tokenizer.pad_token_id, config.eval_batch_size)
     return {"accuracy": score, "test_examples": len(test), "task": config.task}
