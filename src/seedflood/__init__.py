@@ -1,3 +1,3 @@
 """seedflood: decentralized training of language models with no central server."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
