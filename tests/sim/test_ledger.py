@@ -196,6 +196,9 @@ def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thre
     killed = subprocess.run([sys.executable, "-m", "seedflood", *args], env=env, check=False)
     assert killed.returncode == 137
     (tmp_path / "cut" / CHECKPOINT_NAME).unlink()
+    other = CliRunner().invoke(app, [*args, "--set", "lr=0.02"])  # not this log's run
+    assert other.exit_code == 2
+    assert "lr (checkpoint 0.01, now 0.02)" in " ".join(other.output.split())
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "resumed from the ledger at round 6" in " ".join(result.output.split())

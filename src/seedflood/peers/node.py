@@ -312,7 +312,8 @@ class Node:
             state.log.sync()
             manifest = write_manifest(
                 state_dir,
-                {**self.config.model_dump(), "local_steps": self.local_steps},
+                self.config.model_dump(mode="json"),
+                local_steps=self.local_steps,
                 base_hash=self.base_hash,
                 state_hash=state.state_hash(),
                 messages=len(state.log),

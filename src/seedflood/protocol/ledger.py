@@ -91,19 +91,23 @@ def write_manifest(
     directory: Path,
     config: dict[str, Any],
     *,
+    local_steps: int,
     base_hash: str,
     state_hash: str,
     messages: int,
 ) -> dict[str, Any]:
-    """Write ``directory``/manifest.json for a run of ``config`` (a config dump) whose log holds
-    ``messages`` committed messages; returns what it wrote."""
+    """Write ``directory``/manifest.json for a run of ``config`` (a JSON config dump) whose log
+    holds ``messages`` committed messages; returns what it wrote. A run writes it when it starts,
+    with no ``state_hash`` yet, so that resuming from the log can check the config, and again
+    when it ends."""
     manifest = {
         "ledger_version": LEDGER_VERSION,
-        "update": {key: config[key] for key in UPDATE_KEYS},
+        "update": {**{key: config[key] for key in UPDATE_KEYS}, "local_steps": local_steps},
         "base_hash": base_hash,
         "state_hash": state_hash,
         "messages": messages,
         "log_bytes": (directory / LOG).stat().st_size,
+        "config": config,
     }
     atomic_write_json(directory / MANIFEST, manifest)
     return manifest
@@ -131,6 +135,10 @@ def read_ledger(directory: Path) -> tuple[dict[str, Any], list[Message]]:
         messages = read_messages(directory / LOG)
     except (OSError, ValueError) as error:
         raise LedgerError(f"{directory / LOG}: {error}") from None
+    if not manifest["state_hash"]:
+        raise LedgerError(
+            f"{path}: the run has not finished, so there is no final state to replay to yet"
+        )
     if len(messages) != manifest["messages"]:
         raise LedgerError(
             f"{directory / LOG} holds {len(messages)} messages, but the manifest counts "

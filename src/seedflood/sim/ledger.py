@@ -11,15 +11,16 @@ long run can be committed evaluation by evaluation and continued on another mach
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
-from seedflood.protocol.ledger import LOG, write_manifest
+from seedflood.protocol.ledger import LOG, MANIFEST, write_manifest
 from seedflood.protocol.message_log import MessageLog, keep_first, read_messages
-from seedflood.sim.checkpoint import CheckpointError
+from seedflood.sim.checkpoint import CheckpointError, config_differences
 
 
 class RunLedger:
@@ -40,6 +41,17 @@ class RunLedger:
                 f"{self.path} holds {len(self.log)} messages but the checkpoint committed "
                 f"{committed}: the run's ledger was lost; run it again without --resume"
             )
+        self._manifest(state_hash="")
+
+    def _manifest(self, state_hash: str) -> dict[str, Any]:
+        return write_manifest(
+            self.path.parent,
+            self.config.model_dump(mode="json"),
+            local_steps=self.config.steps_per_round,
+            base_hash=self.base_hash,
+            state_hash=state_hash,
+            messages=len(self.log),
+        )
 
     def record(self) -> None:
         """Log what the last round committed."""
@@ -54,13 +66,7 @@ class RunLedger:
         takes."""
         self.log.close()
         keep_first(self.path, len(self.log), self.config.scalar_format)
-        manifest = write_manifest(
-            self.path.parent,
-            {**self.config.model_dump(), "local_steps": self.config.steps_per_round},
-            base_hash=self.base_hash,
-            state_hash=self.algorithm.state_hash(),
-            messages=len(self.log),
-        )
+        manifest = self._manifest(self.algorithm.state_hash())
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
 
@@ -75,6 +81,19 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
     rounds = history[-1]["round"] if history else 0
     if rounds == 0:
         return []
+    try:
+        written = json.loads((out / MANIFEST).read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(
+            f"{out / MANIFEST} is missing or unreadable: without it the log cannot be checked "
+            "against this run's config; run it again without --resume"
+        ) from None
+    differences = config_differences(written, config)
+    if differences:
+        raise CheckpointError(
+            f"the ledger in {out} was written by a run with another config: "
+            f"{'; '.join(differences)}. Resume with that config, or run without --resume"
+        )
     per_round = config.steps_per_round * config.clients
     messages = read_messages(out / LOG)
     if len(messages) < rounds * per_round:
