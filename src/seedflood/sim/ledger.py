@@ -1,5 +1,6 @@
 """A simulated SeedFlood run's ledger: the messages it commits, logged round by round in the real
-peers' log format, and its manifest once it ends (see `seedflood.protocol.ledger`).
+peers' log format, and its manifest, written when the run starts and completed when it ends (see
+`seedflood.protocol.ledger`).
 
 The log follows the checkpoint: it is synced before each checkpoint is written, and a resumed run
 cuts it back to what its checkpoint had committed, so a killed and resumed run logs what an
