@@ -23,15 +23,10 @@ from pathlib import Path
 from seedflood.config import load_config
 from seedflood.files import atomic_write_json
 from seedflood.protocol.ledger import LOG
-from seedflood.protocol.message_log import by_step, read_messages
+from seedflood.report import step_means
 from seedflood.sim.runner import run
 
 LIMITS = (3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
-
-
-def step_means(run_dir: Path) -> list[float]:
-    messages = read_messages(run_dir / LOG)
-    return [sum(abs(m.scalar) for m in ms) / len(ms) for _, ms in by_step(messages)]
 
 
 def ratios(means: list[float], window: int, warmup: int) -> list[float]:
@@ -72,7 +67,7 @@ def main() -> None:
         history = [
             json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()
         ]
-        means = step_means(run_dir)
+        means = step_means(run_dir / LOG)
         seen = ratios(means, args.window, args.warmup)
         first = {f"{k:g}": next((t for t, r in enumerate(seen) if r > k), None) for k in LIMITS}
         rows.append(

@@ -335,7 +335,7 @@ def write_progress_report(run_dir: Path, out: Path) -> Path:
     accuracy.set_xlabel("round")
     accuracy.set_ylabel("validation accuracy (%)")
     log = run_dir / "messages.log"
-    means = _step_means(log) if log.is_file() else []
+    means = step_means(log) if log.is_file() else []
     scalars.plot(range(len(means)), means, linewidth=0.6)
     scalars.set_xlabel("step")
     scalars.set_ylabel("mean |scalar| of the step's messages")
@@ -369,7 +369,8 @@ def write_progress_report(run_dir: Path, out: Path) -> Path:
     return report
 
 
-def _step_means(log: Path) -> list[float]:
+def step_means(log: Path) -> list[float]:
+    """Each committed step's mean |scalar|, read from a run's message log."""
     messages = read_messages(log)
     return [sum(abs(m.scalar) for m in ms) / len(ms) for _, ms in by_step(messages)]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from seedflood.files import atomic_write_json
 from seedflood.protocol.clipping import ScalarClip
@@ -20,7 +20,7 @@ from seedflood.protocol.guard import DivergenceGuard
 from seedflood.protocol.message_log import by_step, read_messages
 from seedflood.protocol.messages import Message
 from seedflood.protocol.updates import message_updates
-from seedflood.zo import Update
+from seedflood.zo import DenseDirection, SubCGEDirection
 
 MANIFEST = "manifest.json"
 LOG = "messages.log"
@@ -45,14 +45,8 @@ UPDATE_KEYS: tuple[str, ...] = (
 the log they fix the trained model, so a replay reads nothing else."""
 
 
-class Direction(Protocol):
-    """What applying a log needs of a direction family (`seedflood.zo`)."""
-
-    def apply(self, updates: Sequence[Update]) -> None: ...
-
-
 def apply_log(
-    direction: Direction,
+    direction: DenseDirection | SubCGEDirection,
     messages: Sequence[Message],
     *,
     run_seed: int,

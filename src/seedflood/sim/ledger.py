@@ -106,8 +106,7 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
         algorithm.replay_round(
             round_index, messages[round_index * per_round : (round_index + 1) * per_round]
         )
-    algorithm.take_committed()  # logged already
-    keep_first(out / LOG, rounds * per_round, config.scalar_format)
+    algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
     return history
 
 
