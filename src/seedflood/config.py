@@ -6,6 +6,7 @@ with the key's name and what is allowed, not after the model has loaded.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from seedflood.learning.schedules import EPS_SCHEDULES, SCHEDULES
 from seedflood.learning.tasks import TASKS
-from seedflood.protocol.guard import GUARD_FACTOR
+from seedflood.protocol.guard import GUARD_DRIFT, GUARD_FACTOR
 from seedflood.topology import TOPOLOGIES, TopologyError, check_parameters
 
 METHODS: tuple[str, ...] = ("seedflood", "dsgd", "choco", "dzsgd")
@@ -62,6 +63,7 @@ class RunConfig(BaseModel):
     lr: float = Field(3e-3, gt=0)
     lr_schedule: Literal[SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: int = Field(0, ge=0)
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
     eps_schedule: Literal[EPS_SCHEDULES] = "constant"  # type: ignore[valid-type]
     batch_size: int = Field(16, ge=1)
     rounds: int = Field(100, ge=1)
@@ -84,10 +86,14 @@ class RunConfig(BaseModel):
     repair_exchanges: int = Field(64, ge=0)
     clip_multiple: float | None = Field(None, gt=0)
     # The divergence guard (seedflood.protocol.guard): stop before a step whose mean |scalar|
-    # exceeds guard_factor × the median of the last guard_window steps; null turns it off.
+    # exceeds guard_factor × the median of the last guard_window steps (a spike), or whose
+    # guard_drift_window-step median exceeds guard_drift × the lowest such median (a drift).
+    # guard_factor: null turns the guard off, guard_drift: null its drift rule.
     guard_factor: float | None = Field(GUARD_FACTOR, gt=1)
     guard_window: int = Field(100, ge=1)
     guard_warmup: int = Field(20, ge=1)
+    guard_drift: float | None = Field(GUARD_DRIFT, gt=1)
+    guard_drift_window: int = Field(50, ge=1)
     clip_window: int = Field(8, ge=1)
     attackers: int = Field(0, ge=0)
     attack_factor: float = 1000.0
@@ -195,12 +201,27 @@ class RunConfig(BaseModel):
                 f"({self.guard_window}): the guard's median is over that window"
             )
         steps = self.rounds * self.steps_per_round
+        if self.warmup_steps and self.warmup_ratio:
+            raise ValueError(
+                f"keys 'warmup_steps' ({self.warmup_steps}) and 'warmup_ratio' "
+                f"({self.warmup_ratio}) both set the warm-up: give one"
+            )
         if self.warmup_steps >= steps:
             raise ValueError(
                 f"key 'warmup_steps' ({self.warmup_steps}) must be below the run's steps "
                 f"(rounds × local steps = {steps})"
             )
         return self
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps: ``warmup_steps``, or ``warmup_ratio`` of the run's steps rounded up (as
+        transformers' TrainingArguments does) and short of the last step, so one config warms up
+        in proportion at any length, a one-step run included."""
+        if self.warmup_ratio:
+            steps = self.rounds * self.steps_per_round
+            return min(math.ceil(self.warmup_ratio * steps), steps - 1)
+        return self.warmup_steps
 
     @property
     def steps_per_round(self) -> int:

@@ -164,7 +164,7 @@ def test_resume_refuses_another_config_naming_the_keys(data_dir: Path, tmp_path:
     with pytest.raises(ConfigError) as refused:
         run(other, tmp_path, resume=True)
     message = str(refused.value)
-    assert "lr (checkpoint 0.01, now 0.02)" in message
+    assert "lr (checkpoint 0.005, now 0.02)" in message
     assert "eps (checkpoint 0.001, now 0.01)" in message
     assert "batch_size" not in message
     assert (tmp_path / CHECKPOINT_NAME).is_file(), "a refused resume keeps the checkpoint"

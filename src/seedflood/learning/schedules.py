@@ -92,11 +92,13 @@ class Settings(Protocol):
     eps: float
     lr_schedule: str
     eps_schedule: str
-    warmup_steps: int
     rounds: int
 
     @property
     def steps_per_round(self) -> int: ...
+
+    @property
+    def warmup(self) -> int: ...
 
 
 def lr_schedule(config: Settings) -> Schedule:
@@ -104,7 +106,7 @@ def lr_schedule(config: Settings) -> Schedule:
     return Schedule(
         config.lr,
         config.lr_schedule,
-        warmup=config.warmup_steps,
+        warmup=config.warmup,
         total=config.rounds * config.steps_per_round,
     )
 

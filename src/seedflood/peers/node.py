@@ -314,6 +314,7 @@ class Node:
                 state_dir,
                 self.config.model_dump(mode="json"),
                 local_steps=self.local_steps,
+                warmup_steps=self.config.warmup,
                 base_hash=self.base_hash,
                 state_hash=state.state_hash(),
                 messages=len(state.log),

@@ -86,17 +86,24 @@ def write_manifest(
     config: dict[str, Any],
     *,
     local_steps: int,
+    warmup_steps: int,
     base_hash: str,
     state_hash: str,
     messages: int,
 ) -> dict[str, Any]:
     """Write ``directory``/manifest.json for a run of ``config`` (a JSON config dump) whose log
-    holds ``messages`` committed messages; returns what it wrote. A run writes it when it starts,
-    with no ``state_hash`` yet, so that resuming from the log can check the config, and again
-    when it ends."""
+    holds ``messages`` committed messages; returns what it wrote. ``local_steps`` and
+    ``warmup_steps`` are the run's resolved values (the config may leave them to defaults or give
+    the warm-up as a ratio), so a replay needs no rule to resolve them. A run writes it when it
+    starts, with no ``state_hash`` yet, so that resuming from the log can check the config, and
+    again when it ends."""
     manifest = {
         "ledger_version": LEDGER_VERSION,
-        "update": {**{key: config[key] for key in UPDATE_KEYS}, "local_steps": local_steps},
+        "update": {
+            **{key: config[key] for key in UPDATE_KEYS},
+            "local_steps": local_steps,
+            "warmup_steps": warmup_steps,
+        },
         "base_hash": base_hash,
         "state_hash": state_hash,
         "messages": messages,

@@ -49,6 +49,7 @@ class RunLedger:
             self.path.parent,
             self.config.model_dump(mode="json"),
             local_steps=self.config.steps_per_round,
+            warmup_steps=self.config.warmup,
             base_hash=self.base_hash,
             state_hash=state_hash,
             messages=len(self.log),
