@@ -75,14 +75,6 @@ def machine() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def golden() -> dict[str, Any]:
     return {} if RECORDING else json.loads(GOLDEN.read_text())
 

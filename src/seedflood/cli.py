@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from seedflood import __version__
 from seedflood.config import ConfigError, load_config
 from seedflood.pipeline.commands import pipeline_app
-from seedflood.ui import USER_ERRORS, console
+from seedflood.ui import USER_ERRORS, configure_logging
 from seedflood.ui import fail as _fail
 from seedflood.ui import progress as _progress
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+log = logging.getLogger(__name__)
+app = typer.Typer(add_completion=False, no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"seedflood {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
-    """Decentralized training of language models with no central server."""
+def main(
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Warnings and errors only, no progress bars")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug messages too")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Decentralized training of language models with no central server. Simulate many
+    clients in one process (run, compare), train with real peers over the network (peer,
+    launch), and read what runs wrote (report, replay, evaluate)."""
+    if quiet and verbose:
+        raise _fail(ValueError("--quiet and --verbose cannot be given together"))
+    configure_logging(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 @app.command()
@@ -46,20 +71,25 @@ def run(
         task = bar.add_task("rounds", total=config.rounds, status="loading model and data")
 
         def show(done: int, record: dict[str, Any]) -> None:
-            if record["event"] == "note":
+            if record["event"] in ("note", "nothing_to_resume"):
                 bar.update(task, completed=done)
-                console.print(record["text"])
+                # Asked to resume, it found nothing: worth a warning (compare, which always
+                # resumes, says nothing).
+                level = logging.INFO if record["event"] == "note" else logging.WARNING
+                log.log(level, record["text"])
                 return
             if record["event"] == "zero_shot":
-                console.print(f"zero-shot test accuracy: {record['test_accuracy']:.4f}")
+                log.info("zero-shot test accuracy: %.4f", record["test_accuracy"])
                 return
             status = f"loss {record['train_loss']:.4f}  val acc {record['accuracy']:.3f}"
             bar.update(task, completed=done, status=status)
             if record["event"] == "evaluation":
-                bar.console.print(
-                    f"round {done}: train loss {record['train_loss']:.4f}, "
-                    f"val accuracy {record['accuracy']:.4f}, "
-                    f"consensus distance {record['consensus_distance']:.3g}"
+                log.info(
+                    "round %d: train loss %.4f, val accuracy %.4f, consensus distance %.3g",
+                    done,
+                    record["train_loss"],
+                    record["accuracy"],
+                    record["consensus_distance"],
                 )
 
         try:
@@ -67,18 +97,25 @@ def run(
         except (*USER_ERRORS, CheckpointError) as error:
             raise _fail(error) from None
     for note in results["data_notes"]:
-        console.print(f"[yellow]note:[/] {note}")
-    console.print(
-        f"consensus distance {results['consensus_distance']:.3g}, "
-        f"bytes per edge max {results['bytes_per_edge_max']:,} "
-        f"({results['messages_per_edge_max']:,} messages), "
-        f"wall {results['wall_seconds']:.0f} s, peak RSS {results['peak_rss_mb']:.0f} MB"
+        log.warning(note)
+    log.info(
+        "consensus distance %.3g, bytes per edge max %s (%s messages), wall %.1f s (training "
+        "%.1f s), peak RSS %.0f MB",
+        results["consensus_distance"],
+        f"{results['bytes_per_edge_max']:,}",
+        f"{results['messages_per_edge_max']:,}",
+        results["wall_seconds"],
+        results["train_seconds"],
+        results["peak_rss_mb"],
     )
-    console.print(f"results in {out_dir}/results.json")
-    console.print(f"plots and tables: seedflood report {out_dir}")
-    console.print(
-        f"zero-shot test accuracy {results['zero_shot_accuracy']:.4f} → "
-        f"final test accuracy {results['accuracy']:.4f}"
+    log.info("results in %s/results.json", out_dir)
+    log.info(
+        "plots and tables: seedflood report %s; curves: tensorboard --logdir %s", out_dir, out_dir
+    )
+    log.info(
+        "zero-shot test accuracy %.4f → final test accuracy %.4f",
+        results["zero_shot_accuracy"],
+        results["accuracy"],
     )
 
 
@@ -127,27 +164,31 @@ def peer(
         evaluate=evaluate,
     )
 
-    def say(text: str) -> None:
-        console.print(text, markup=False, highlight=False)
-
     def show(done: int, record: dict[str, Any]) -> None:
         if done % 10 == 0 or done == config.rounds:
-            say(
-                f"round {done}/{config.rounds}: loss {record['train_loss']:.4f}, "
-                f"committed step {record['committed_step']}"
+            log.info(
+                "round %d/%d: loss %.4f, committed step %d",
+                done,
+                config.rounds,
+                record["train_loss"],
+                record["committed_step"],
             )
 
     try:
-        results = run_peer(config, options, say=say, progress=show)
+        results = run_peer(config, options, say=log.info, progress=show)
     except (*USER_ERRORS, PeerError) as error:
         raise _fail(error) from None
-    say(
-        f"client {results['client']}: committed {results['committed_step'] + 1} steps, "
-        f"state {results['state_hash'][:16]}, {results['bytes_per_edge_max']:,.0f} bytes on its "
-        f"busiest edge; results in {options.out_dir}/results.json"
+    log.info(
+        "client %d: committed %d steps, state %s, %s bytes on its busiest edge; results in "
+        "%s/results.json",
+        results["client"],
+        results["committed_step"] + 1,
+        results["state_hash"][:16],
+        f"{results['bytes_per_edge_max']:,.0f}",
+        options.out_dir,
     )
     for text in results["divergences"]:
-        console.print(f"[bold red]divergence:[/] {text}")
+        log.error("divergence: %s", text)
 
 
 @app.command()
@@ -191,15 +232,17 @@ def launch(
             )
         except LaunchError as error:
             raise _fail(error) from None
-    agreed = "all equal" if results["consensus"] else "[bold red]NOT equal[/]"
-    console.print(
-        f"{count} peers: committed-state hashes {agreed} ({results['state_hash'][:16]}), "
-        f"{results['bytes_per_edge_max']:,.0f} bytes on the busiest edge, "
-        f"test accuracy {results.get('accuracy', float('nan')):.4f}"
+    log.log(
+        logging.INFO if results["consensus"] else logging.ERROR,
+        "%d peers: committed-state hashes %s (%s), %s bytes on the busiest edge, test accuracy "
+        "%.4f",
+        count,
+        "all equal" if results["consensus"] else "NOT equal",
+        results["state_hash"][:16],
+        f"{results['bytes_per_edge_max']:,.0f}",
+        results.get("accuracy", float("nan")),
     )
-    console.print(
-        f"results in {out_dir}/results.json; plots and tables: seedflood report {out_dir}"
-    )
+    log.info("results in %s/results.json; plots and tables: seedflood report %s", out_dir, out_dir)
 
 
 @app.command()
@@ -215,7 +258,7 @@ def compare(
     ] = None,
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
-    from seedflood.compare import claimed, plan
+    from seedflood.grid import claimed, plan
     from seedflood.report import write_report
     from seedflood.sim.checkpoint import CheckpointError
     from seedflood.sim.runner import run as run_simulation
@@ -234,7 +277,7 @@ def compare(
                     why = (
                         f"{holder} is running it" if holder else "finished earlier with this config"
                     )
-                    bar.console.print(f"skip {planned.name}: {why}")
+                    log.info("skip %s: %s", planned.name, why)
                     bar.advance(overall)
                     continue
                 bar.update(overall, status=planned.name)
@@ -247,7 +290,7 @@ def compare(
                     name: str = planned.name,
                 ) -> None:
                     if record["event"] == "note":
-                        bar.console.print(f"{name}: {record['text']}")
+                        log.info("%s: %s", name, record["text"])
                     if record["event"] in ("round", "evaluation"):
                         bar.update(
                             rounds, completed=done, status=f"val acc {record['accuracy']:.3f}"
@@ -260,14 +303,15 @@ def compare(
                 except (*USER_ERRORS, CheckpointError) as error:
                     raise _fail(error) from None
             bar.remove_task(rounds)
-            bar.console.print(
-                f"{planned.name}: accuracy {results['accuracy']:.4f}, "
-                f"{results['bytes_per_edge_max']:,.0f} bytes per edge, "
-                f"{results['wall_seconds']:.0f} s"
+            log.info(
+                "%s: accuracy %.4f, %s bytes per edge, %.0f s",
+                planned.name,
+                results["accuracy"],
+                f"{results['bytes_per_edge_max']:,.0f}",
+                results["wall_seconds"],
             )
             bar.advance(overall)
-    report = write_report([out_dir], out_dir)
-    console.print(f"report: {report}")
+    log.info("report: %s", write_report([out_dir], out_dir))
 
 
 @app.command()
@@ -286,13 +330,13 @@ def report(
     from seedflood.report import in_progress, write_progress_report, write_report
 
     if paper:
-        console.print(f"results: {write_paper_results(Path.cwd(), out or Path('docs/results.md'))}")
+        log.info("results: %s", write_paper_results(Path.cwd(), out or Path("docs/results.md")))
         return
     if not directories:
         raise _fail(ValueError("give results directories, or --paper"))
     target = out or directories[0]
     if len(directories) == 1 and in_progress(directories[0]):
-        console.print(f"report: {write_progress_report(directories[0], target)} (in progress)")
+        log.info("report: %s (in progress)", write_progress_report(directories[0], target))
         return
     pipeline_runs = [run for d in directories if d.exists() for run in find_pipeline_runs(d)]
     try:
@@ -303,7 +347,7 @@ def report(
         )
     except ValueError as error:
         raise _fail(error) from None
-    console.print(f"report: {path}")
+    log.info("report: %s", path)
 
 
 @app.command()
@@ -311,17 +355,21 @@ def replay(
     run_dir: Annotated[Path, typer.Argument(help="A SeedFlood run's directory or peer state dir")],
     out: Annotated[Path | None, typer.Option(help="Where the rebuilt model goes")] = None,
 ) -> None:
-    """Rebuild a SeedFlood run's model from its ledger alone (base model + message log) and
-    check it ends on the run's state hash."""
+    """Rebuild a SeedFlood run's model from its ledger alone and check its state hash.
+
+    The ledger is the base model and the message log; the rebuilt model must end on the state
+    hash the run recorded."""
     from seedflood.sim.replay import replay as replay_ledger
 
     try:
         done = replay_ledger(run_dir, out)
     except USER_ERRORS as error:
         raise _fail(error) from None
-    console.print(
-        f"replayed {done['messages']:,} messages: state hash {done['state_hash'][:16]}… equals "
-        f"the run's" + (f"; model in {out}" if out else "")
+    log.info(
+        "replayed %s messages: state hash %s… equals the run's%s",
+        f"{done['messages']:,}",
+        done["state_hash"][:16],
+        f"; model in {out}" if out else "",
     )
 
 
@@ -339,7 +387,10 @@ def evaluate(
         scored = evaluate_model(model_dir, config)
     except USER_ERRORS as error:
         raise _fail(error) from None
-    console.print(
-        f"{model_dir}: test accuracy {scored['accuracy']:.4f} on {scored['test_examples']} "
-        f"{task} examples"
+    log.info(
+        "%s: test accuracy %.4f on %d %s examples",
+        model_dir,
+        scored["accuracy"],
+        scored["test_examples"],
+        task,
     )

@@ -12,10 +12,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from seedflood.learning.schedules import EPS_SCHEDULES, SCHEDULES
-from seedflood.learning.tasks import TASKS
+from seedflood.learning.tasks import TASKS, TaskSpec
 from seedflood.protocol.guard import GUARD_DRIFT, GUARD_FACTOR
 from seedflood.topology import TOPOLOGIES, TopologyError, check_parameters
 
@@ -39,7 +46,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = "smollm2-135m"
-    task: Literal[TASKS] = "sst2"  # type: ignore[valid-type]
+    task: str | TaskSpec = "sst2"
     data_dir: str | None = None
     n_train: int = Field(1024, ge=1)
     n_val: int = Field(500, ge=1)
@@ -116,6 +123,21 @@ class RunConfig(BaseModel):
     eval_batch_size: int = Field(32, ge=1)
     # Below 2^63: derived seeds pack it as a signed 64-bit integer.
     seed: int = Field(0, ge=0, lt=2**63)
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _known_task(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in TASKS:
+            raise ValueError(
+                f"unknown task {value!r}; allowed: {', '.join(TASKS)}, or a mapping for your "
+                "own data (data:, template:, labels: …; see README, 'Fine-tune your own model')"
+            )
+        return value
+
+    @property
+    def task_name(self) -> str:
+        """The task as reports name it: the built-in's name, or the user task's name."""
+        return self.task if isinstance(self.task, str) else self.task.task_name
 
     @model_validator(mode="before")
     @classmethod
@@ -252,7 +274,8 @@ def _describe(error: ValidationError) -> str:
             # A check across keys: its text names them, and the input is the whole config.
             lines.append(str(item.get("ctx", {}).get("error", item["msg"])))
         else:
-            lines.append(f"key '{key}': {item['msg']} (got {item.get('input')!r})")
+            message = item.get("ctx", {}).get("error", item["msg"])
+            lines.append(f"key '{key}': {message} (got {item.get('input')!r})")
     return "invalid run config:\n  " + "\n  ".join(lines)
 
 

@@ -4,6 +4,7 @@ Runs are grouped by (method, task, topology, clients); seeds of one group give m
 plots, each skipped when the runs cannot fill it: accuracy against total bytes per edge on a log
 axis (the paper's Figure 1 shape), accuracy normalised to DSGD at the smallest client count against
 clients (Table 2's shape), and validation accuracy over training steps and wall time per method.
+A single simulated run's report adds its TensorBoard scalars, one panel each.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import matplotlib.pyplot as plt
 
 from seedflood.files import atomic_write_json, atomic_write_text, read_jsonl
 from seedflood.protocol.message_log import by_step, read_messages
+from seedflood.sim.tracking import plot_board
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Run:
     @property
     def group(self) -> tuple[str, str, str, int]:
         r = self.results
-        return (r["method"], r["config"]["task"], r["topology"], r["clients"])
+        return (r["method"], r.get("task", r["config"]["task"]), r["topology"], r["clients"])
 
     @property
     def floor(self) -> float:
@@ -313,6 +315,8 @@ def write_report(directories: list[Path], out: Path) -> Path:
     if _plot_curves(runs, out / "curves.png"):
         lines += ["![validation accuracy over steps and wall time](curves.png)", ""]
     lines += _head_to_head_lines(head_to_head(runs))
+    if len(directories) == 1:
+        lines += _board_lines(Path(directories[0]), out)
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines))
     atomic_write_json(out / "summary.json", rows)
@@ -363,10 +367,18 @@ def write_progress_report(run_dir: Path, out: Path) -> Path:
         "",
         "![learning curve and mean |scalar| per step](progress.png)",
         "",
+        *_board_lines(run_dir, out),
     ]
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines))
     return report
+
+
+def _board_lines(run_dir: Path, out: Path) -> list[str]:
+    """The run's TensorBoard scalars plotted in ``out``, where it wrote event files."""
+    if not plot_board(run_dir, out / "tensorboard.png"):
+        return []
+    return ["![the run's TensorBoard scalars by round](tensorboard.png)", ""]
 
 
 def step_means(log: Path) -> list[float]:

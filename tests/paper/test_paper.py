@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.compare import plan
 from seedflood.config import ConfigError
+from seedflood.grid import plan
 from seedflood.learning.scoring import TokenizedExample, majority_rate
 from seedflood.paper.bench import codec_bytes_per_edge
 from seedflood.paper.document import device_note, portable_note, unlearned, write_paper_results

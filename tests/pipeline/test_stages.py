@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,13 +28,7 @@ Microbatch = dict[str, Tensor]
 Trained = tuple[PipelineTrainer, list[float], PreTrainedModel, list[float]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Models this small run faster on one thread than on two cores shared with other jobs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

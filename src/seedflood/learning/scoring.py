@@ -6,10 +6,16 @@ When every candidate is a single token (SST-2's " terrible"/" great", Yes/No tas
 cross-entropy over the label words' logits at the answer position, and only that position goes
 through the output head: the full-vocabulary head over every position would cost about a fifth of
 SmolLM2's forward.
+
+A language-modelling example has one candidate, its completion: a cross-entropy over one class is
+always zero, so its loss is the completion's mean negative log-likelihood instead, and it counts
+as correct when greedy decoding would write the completion exactly (every completion token is the
+argmax after the tokens before it, which is what greedy decoding of that many tokens produces).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,8 +57,13 @@ def tokenize(
 
 
 def _is_single_token(batch: Sequence[TokenizedExample]) -> bool:
+    """Classes that are one token each, the same for every example: the cheap path."""
     first = batch[0].candidates
-    return all(len(c) == 1 for c in first) and all(e.candidates == first for e in batch)
+    return (
+        len(first) > 1
+        and all(len(c) == 1 for c in first)
+        and all(e.candidates == first for e in batch)
+    )
 
 
 def rows_per_example(batch: Sequence[TokenizedExample]) -> list[int]:
@@ -80,6 +91,13 @@ def candidate_scores(
     """Scores (batch × candidates): mean log-likelihood of each candidate's tokens, up to a
     per-example constant (single-token candidates skip the log-softmax, which cancels in the
     cross-entropy and the argmax)."""
+    return _scores_and_matches(model, batch, pad_id)[0]
+
+
+def _scores_and_matches(
+    model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The scores, and on the general path whether each candidate is every token's argmax."""
     backbone = model.base_model
     head = model.get_output_embeddings()
     if _is_single_token(batch):
@@ -87,7 +105,7 @@ def candidate_scores(
         hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
         last = hidden[torch.arange(len(batch)), mask.sum(dim=1) - 1]
         label_ids = torch.tensor([c[0] for c in batch[0].candidates])
-        return last @ head.weight[label_ids].T
+        return last @ head.weight[label_ids].T, None
     sequences, spans = [], []
     for example in batch:
         for candidate in example.candidates:
@@ -97,29 +115,53 @@ def candidate_scores(
     ids, mask = _pad(sequences, pad_id)
     hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
     scores = torch.empty(len(sequences), dtype=hidden.dtype)
+    matches = torch.empty(len(sequences), dtype=torch.bool)
     for row, (start, length) in enumerate(spans):
         targets = ids[row, start : start + length]
         log_probs = F.log_softmax(head(hidden[row, start - 1 : start - 1 + length]), dim=-1)
         scores[row] = log_probs.gather(1, targets[:, None]).mean()
-    return scores.view(len(batch), -1)
+        matches[row] = bool((log_probs.argmax(dim=-1) == targets).all())
+    return scores.view(len(batch), -1), matches.view(len(batch), -1)
+
+
+def example_losses(
+    scores: torch.Tensor, labels: torch.Tensor, reduction: str = "none"
+) -> torch.Tensor:
+    """Each example's loss (or their mean): the cross-entropy over its candidates, or (one
+    candidate, language modelling) the candidate's negative mean log-likelihood."""
+    if scores.shape[1] > 1:
+        return F.cross_entropy(scores, labels, reduction=reduction)
+    losses = -scores[:, 0]
+    return losses.mean() if reduction == "mean" else losses
 
 
 def batch_loss(model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int) -> torch.Tensor:
     """The differentiable mean cross-entropy that first-order methods backpropagate through."""
     labels = torch.tensor([e.label for e in batch])
-    return F.cross_entropy(candidate_scores(model, batch, pad_id), labels)
+    return example_losses(candidate_scores(model, batch, pad_id), labels, reduction="mean")
+
+
+def _batch_stats(
+    model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Scores (float64), labels and the number of correct predictions (language modelling:
+    exact greedy completions)."""
+    with torch.inference_mode():
+        scores, matches = _scores_and_matches(model, batch, pad_id)
+    scores = scores.double()
+    labels = torch.tensor([e.label for e in batch])
+    if scores.shape[1] == 1:
+        assert matches is not None  # one candidate never takes the single-token path
+        return scores, labels, int(matches.sum())
+    return scores, labels, int((scores.argmax(dim=1) == labels).sum())
 
 
 def loss_and_correct(
     model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
 ) -> tuple[float, int]:
-    """Mean cross-entropy over the batch and the number of correct predictions."""
-    with torch.inference_mode():
-        scores = candidate_scores(model, batch, pad_id).double()
-    labels = torch.tensor([e.label for e in batch])
-    loss = F.cross_entropy(scores, labels).item()
-    correct = int((scores.argmax(dim=1) == labels).sum())
-    return loss, correct
+    """Mean loss over the batch and the number of correct predictions."""
+    scores, labels, correct = _batch_stats(model, batch, pad_id)
+    return example_losses(scores, labels, reduction="mean").item(), correct
 
 
 def majority_rate(examples: Sequence[TokenizedExample]) -> float:
@@ -131,15 +173,42 @@ def majority_rate(examples: Sequence[TokenizedExample]) -> float:
     return max(Counter(e.label for e in examples).values()) / len(examples)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    accuracy: float  # language modelling: the share of exact greedy completions
+    loss: float  # mean over examples
+    perplexity: float | None  # language modelling: exp(mean negative log-likelihood per token)
+
+
+def evaluation(
+    model: nn.Module, examples: Sequence[TokenizedExample], pad_id: int, batch_size: int = 32
+) -> Evaluation:
+    """Accuracy and loss over ``examples``, batched by length so padding stays small."""
+    if not examples:
+        raise ValueError("cannot evaluate on an empty example set")
+    ordered = sorted(examples, key=lambda e: len(e.prompt))
+    correct, loss_sum, token_nll, tokens = 0, 0.0, 0.0, 0
+    for start in range(0, len(ordered), batch_size):
+        batch = ordered[start : start + batch_size]
+        scores, labels, batch_correct = _batch_stats(model, batch, pad_id)
+        losses = example_losses(scores, labels)
+        correct += batch_correct
+        loss_sum += float(losses.sum())
+        lengths = [len(e.candidates[0]) for e in batch]
+        token_nll += float((losses * torch.tensor(lengths, dtype=losses.dtype)).sum())
+        tokens += sum(lengths)
+    language_model = len(ordered[0].candidates) == 1
+    return Evaluation(
+        correct / len(examples),
+        loss_sum / len(examples),
+        math.exp(token_nll / tokens) if language_model else None,
+    )
+
+
 def accuracy(
     model: nn.Module, examples: Sequence[TokenizedExample], pad_id: int, batch_size: int = 32
 ) -> float:
     """Accuracy over ``examples``, batched by length so padding stays small."""
     if not examples:
         raise ValueError("cannot measure accuracy on an empty example set")
-    ordered = sorted(examples, key=lambda e: len(e.prompt))
-    correct = sum(
-        loss_and_correct(model, ordered[i : i + batch_size], pad_id)[1]
-        for i in range(0, len(ordered), batch_size)
-    )
-    return correct / len(examples)
+    return evaluation(model, examples, pad_id, batch_size).accuracy

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from seedflood.compare import plan
+from seedflood.grid import plan
 
 
 def compare_command(grid: str, out: str) -> str:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedflood.compare import plan
+from seedflood.grid import plan
 from seedflood.paper.bench import pct, rel
 from seedflood.report import Run, present_runs
 

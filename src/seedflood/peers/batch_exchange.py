@@ -14,6 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from seedflood.peers.admission import ConfigRecordError, SharedConfig
 from seedflood.peers.crypto import Context, SignedBatch, parse_public
 from seedflood.peers.inbox import Verdict, batch_body, batch_header, read_batches
 from seedflood.peers.options import PeerError, Say
@@ -90,6 +91,7 @@ class Exchange:
         self.config, self.cond, self.link, self.wiring = config, cond, link, wiring
         self.state, self.door, self.store = state, door, store
         self.context, self.signing_key = context, signing_key
+        self.shared = SharedConfig.of(config)
         self.edges: dict[tuple[int, int], EdgeTraffic] = {}
         self.signature_bytes = 0
 
@@ -171,10 +173,19 @@ class Exchange:
         return Frame(header, batch_body(batches, self.config.scalar_format)).encode()
 
     def on_join(self, caller: str, data: bytes) -> bytes:
+        """Sponsor a joiner with a valid key and the run's shared config. One whose config
+        differs is answered with this peer's, before anything is admitted, so that it can name
+        the keys that differ."""
         header = Frame.decode(data).header
         peer_id, key = str(header["peer"]), str(header.get("key", ""))
         if parse_public(key) is None:
             raise TransportError(f"{caller} asked to join without a valid public key: {key[:70]!r}")
+        try:
+            joiner = SharedConfig.read(header.get("config"))
+        except ConfigRecordError as error:
+            raise TransportError(f"{caller} asked to join with a bad config: {error}") from None
+        if joiner.digest != self.shared.digest:
+            return Frame({"config": self.shared.to_record()}).encode()
         with self.cond:
             index = self.state.admit(peer_id, key)
             self.cond.wait_for(lambda: index in self.state.members.seats, timeout=60)

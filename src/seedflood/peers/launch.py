@@ -1,29 +1,74 @@
 """`seedflood launch`: N real peers as local processes, the way users try a run on one machine.
 
-Each peer is a `seedflood peer` process in its own session (its DHT process and p2pd daemon go
-down with it when it is killed), with its state and results under ``OUT/peers/<k>/``. Peer 0
-starts first and the others bootstrap from the address it writes. When all have finished, their
-results are merged into ``OUT/results.json``, which `seedflood report` reads like a simulated
-run's: traffic per edge is the sum of what each peer counted on its sending side.
+Each peer is a `seedflood peer` process in its own session, with its state and results under
+``OUT/peers/<k>/``. Peer 0 starts first and the others bootstrap from the address it writes. When
+all have finished, their results are merged into ``OUT/results.json``, which `seedflood report`
+reads like a simulated run's: traffic per edge is the sum of what each peer counted on its sending
+side. A peer's session is its process group (the peer, its DHT process and its p2pd daemon): the
+launcher signals whole groups, and when it is interrupted (SIGINT, SIGTERM) or gives up, it
+passes the signal on, waits a little and kills what is left, so no peer outlives it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from seedflood.files import atomic_write_json, atomic_write_jsonl, read_jsonl
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
 
+GRACE_SECONDS = 10.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class LaunchError(RuntimeError):
     """A peer process that did not start or did not finish."""
+
+
+class Interrupted(LaunchError):
+    """The launcher was told to stop; by the time this is reported its peers are stopped."""
+
+    def __init__(self, received: signal.Signals) -> None:
+        super().__init__(f"interrupted by {received.name}; every peer was stopped with it")
+
+
+class Interruption:
+    """The first SIGINT or SIGTERM the launcher receives, noted by its handler rather than raised
+    from it: the loops that wait for the peers raise it at their next poll, so a signal cannot
+    land between starting a peer and counting it, and no peer escapes being stopped."""
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+
+    def note(self, signum: int, _frame: object) -> None:
+        self.received = self.received or signal.Signals(signum)
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise Interrupted(self.received)
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """Note SIGINT and SIGTERM while the block runs. Only the main thread may handle signals;
+        a launch run from another thread leaves them to its program."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.note) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def peer_command(
@@ -70,11 +115,41 @@ def start_peer(
         )
 
 
-def wait_for_address(directory: Path, process: subprocess.Popen[bytes], timeout: float) -> str:
-    """The first multiaddr a starting peer writes into its state dir."""
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the peer's whole session: killed alone, it would leave its DHT process and its p2pd
+    daemon running."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(process.pid, signum)
+
+
+def stop_peers(
+    processes: Sequence[subprocess.Popen[bytes]], signum: int, grace: float = GRACE_SECONDS
+) -> None:
+    """Pass ``signum`` to every running peer, give them ``grace`` seconds to end (a peer stopped
+    by SIGINT shuts its link and DHT down), then kill whatever is left of their groups."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        signal_group(process, signum)
+    deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in running:
+        signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def wait_for_address(
+    directory: Path,
+    process: subprocess.Popen[bytes],
+    timeout: float,
+    check: Callable[[], None] = lambda: None,
+) -> str:
+    """The first multiaddr a starting peer writes into its state dir; ``check`` runs at every
+    poll (the launcher's raises once it is interrupted)."""
     path = directory / "state" / "address"
     deadline = time.monotonic() + timeout
     while not path.is_file():
+        check()
         if process.poll() is not None or time.monotonic() > deadline:
             raise LaunchError(
                 f"peer in {directory} wrote no address (exit code {process.poll()}); "
@@ -178,24 +253,27 @@ def launch(
         )
 
     threads = peer_threads(peers)
-    first = start_peer(command(0, []), directories[0], threads)
-    processes = [first]
-    try:
-        address = wait_for_address(directories[0], first, timeout=300)
-        processes += [
-            start_peer(command(k, [address]), directories[k], threads) for k in range(1, peers)
-        ]
-        deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in processes):
-            if time.monotonic() > deadline:
-                raise LaunchError(f"the peers did not finish within {timeout:g} s")
-            if show:
-                show([read_status(d) for d in directories])
-            time.sleep(0.5)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
+    processes: list[subprocess.Popen[bytes]] = []
+    interruption = Interruption()
+    with interruption.handling():
+        try:
+            processes.append(start_peer(command(0, []), directories[0], threads))
+            address = wait_for_address(
+                directories[0], processes[0], timeout=300, check=interruption.check
+            )
+            for k in range(1, peers):
+                interruption.check()
+                processes.append(start_peer(command(k, [address]), directories[k], threads))
+            deadline = time.monotonic() + timeout
+            while any(p.poll() is None for p in processes):
+                interruption.check()
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"the peers did not finish within {timeout:g} s")
+                if show:
+                    show([read_status(d) for d in directories])
+                time.sleep(0.5)
+        finally:
+            stop_peers(processes, interruption.received or signal.SIGTERM)
     failed = [k for k, p in enumerate(processes) if p.returncode != 0]
     if failed:
         raise LaunchError(

@@ -1,20 +1,25 @@
 """Who takes part in a run: peers announce themselves in hivemind's DHT under the run id.
 
 Every peer stores a record under the key ``seedflood/<run id>/members``, its peer id as subkey,
-with the time it joined, its client index (-1 until it has one), whether it has finished and its
-public signing key (hex; a fourth field, so records of older peers still parse), and renews it
-before it expires. The key is how the initial members learn each other's keys; joiners' keys
-travel in their signed admissions. A peer that stops renewing (it left or crashed) drops out after
-``ttl`` seconds. Every peer orders the live records the same way, by (joined, peer id): the first
-``clients`` peers of a run are its initial members, in that order, and that list is published
-under ``seedflood/<run id>/initial`` so a peer that looks later reads it instead of guessing.
+with the time it joined, its client index (-1 until it has one), whether it has finished, its
+public signing key (hex; a fourth field, so records of older peers still parse) and its shared
+config (`seedflood.peers.admission`; a fifth), and renews it before it expires. The key is how
+the initial members learn each other's keys; joiners' keys travel in their signed admissions. A
+peer that stops renewing (it left or crashed) drops out after ``ttl`` seconds. Every peer orders
+the live records the same way, by (joined, peer id): the first ``clients`` peers of a run are its
+initial members, in that order, and that list is published under ``seedflood/<run id>/initial``
+so a peer that looks later reads it instead of guessing. Only peers with the run's shared config
+count: a peer whose config differs is refused by name rather than drawn, and the run waits for
+one that has it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from seedflood.peers.admission import ConfigRecordError, SharedConfig
 
 
 class MembershipError(RuntimeError):
@@ -33,6 +38,17 @@ class Member:
     index: int = -1
     done: bool = False
     key: str = ""
+    config: SharedConfig | None = field(default=None, compare=False)
+
+
+def run_config(members: list[Member], besides: str = "") -> SharedConfig | None:
+    """The run's shared config: its lowest-indexed seated member's, or, before anyone is seated,
+    the one of the earliest member to announce one (the run is what its first peer started),
+    leaving out the peer ``besides``. Records without one (older peers) have no say."""
+    known = [m for m in members if m.config is not None and m.peer_id != besides]
+    if not known:
+        return None
+    return min(known, key=lambda m: (m.index < 0, m.index, m.joined, m.peer_id)).config
 
 
 class Membership:
@@ -45,6 +61,7 @@ class Membership:
         ttl: float = 30.0,
         joined: float | None = None,
         key: str = "",
+        config: SharedConfig | None = None,
     ) -> None:
         check_run_id(run_id)
         if ttl <= 0:
@@ -57,7 +74,10 @@ class Membership:
         self.initial_key = f"seedflood/{run_id}/initial"
         self.ttl = ttl
         self.me = Member(
-            self._now() if joined is None else joined, dht.peer_id.to_base58(), key=key
+            self._now() if joined is None else joined,
+            dht.peer_id.to_base58(),
+            key=key,
+            config=config,
         )
         self.initial_ids: list[str] = []
 
@@ -65,9 +85,12 @@ class Membership:
         """Store (or renew) this peer's record; call it more often than every ``ttl`` seconds.
         Whether a DHT node took it: none may while the network is still forming or already
         gone, and the next renewal tries again."""
+        record = [self.me.joined, index, done, self.me.key]
+        if self.me.config is not None:
+            record.append(self.me.config.to_record())
         stored = self.dht.store(
             self.key,
-            [self.me.joined, index, done, self.me.key],
+            record,
             expiration_time=self._now() + self.ttl,
             subkey=self.me.peer_id,
         )
@@ -80,7 +103,8 @@ class Membership:
         self.dht.store(self.initial_key, self.initial_ids, expiration_time=self._now() + self.ttl)
 
     def members(self) -> list[Member]:
-        """The live members, in the order every peer agrees on."""
+        """The live members, in the order every peer agrees on; a record that no honest peer
+        stores (a bad config among them) is left out."""
         found = self.dht.get(self.key, latest=True)
         if found is None or not isinstance(found.value, dict):
             return []
@@ -90,17 +114,23 @@ class Membership:
             if (
                 isinstance(peer_id, str)
                 and isinstance(value, list)
-                and len(value) in (3, 4)
+                and len(value) in (3, 4, 5)
                 and isinstance(value[0], (int, float))
                 and isinstance(value[1], int)
             ):
-                key = value[3] if len(value) == 4 and isinstance(value[3], str) else ""
-                live.append(Member(float(value[0]), peer_id, value[1], bool(value[2]), key))
+                key = value[3] if len(value) >= 4 and isinstance(value[3], str) else ""
+                try:
+                    config = SharedConfig.read(value[4]) if len(value) == 5 else None
+                except ConfigRecordError:
+                    continue
+                live.append(Member(float(value[0]), peer_id, value[1], bool(value[2]), key, config))
         return sorted(live)
 
     def initial(self, clients: int, timeout: float, poll: float = 0.2) -> list[str]:
         """The run's initial members' peer ids, in client order: the published list, or else
-        the first ``clients`` peers to announce themselves, which this call then publishes."""
+        the first ``clients`` peers with the run's shared config to announce themselves, which
+        this call then publishes. Raises ConfigDiffers, naming the keys, when this peer's
+        config is not the run's."""
         deadline = time.monotonic() + timeout
         while True:
             found = self.dht.get(self.initial_key, latest=True)
@@ -108,6 +138,11 @@ class Membership:
                 self.initial_ids = [str(peer_id) for peer_id in found.value]
                 return self.initial_ids
             live = self.members()
+            run = run_config(live)
+            if run is not None:
+                if self.me.config is not None:
+                    self.me.config.check(run)
+                live = [m for m in live if m.config == run]
             if len(live) >= clients:
                 self.initial_ids = [m.peer_id for m in live[:clients]]
                 self._publish_initial()

@@ -8,12 +8,14 @@ The node owns one `Seating`; its exchange rewires through it when the member tab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from seedflood.peers.membership import Membership
+from seedflood.peers.admission import ConfigRecordError, SharedConfig
+from seedflood.peers.membership import Member, Membership, run_config
 from seedflood.peers.options import PeerError, PeerOptions, Say
 from seedflood.peers.p2p import JOIN_PROTOCOL, Frame
 from seedflood.peers.state import Members, Seat
@@ -78,9 +80,12 @@ class Seating:
         self.config, self.options, self.say = config, options, say
         self.cond, self.stopping = cond, stopping
         self.link, self.key = link, key
+        self.shared = SharedConfig.of(config)
         self._saved = self._saved_seat()
         joined = None if self._saved is None else self._saved["joined"]
-        self.membership = Membership(dht, options.run_id, options.ttl, joined=joined, key=key)
+        self.membership = Membership(
+            dht, options.run_id, options.ttl, joined=joined, key=key, config=self.shared
+        )
         self.index = -1
         self.done = False
         self.neighbors: dict[int, str] = {}
@@ -103,9 +108,11 @@ class Seating:
         return record
 
     def take_seat(self) -> tuple[int, Members, float]:
-        """This peer's client index, the members it knows of, and its join time."""
+        """This peer's client index, the members it knows of, and its join time; raises
+        ConfigDiffers, naming the keys, when this peer's config is not the run's."""
         joined = self.membership.me.joined
         if self._saved is not None:
+            self._check_config()
             self.index = self._saved["index"]
             self._renewer.start()
             return self.index, Members({}), joined
@@ -127,20 +134,36 @@ class Seating:
                 return [keys.get(peer, "") for peer in initial]
             time.sleep(0.2)
 
+    def _check_config(self) -> list[Member]:
+        """Refuse this peer (ConfigDiffers) if the run's members, as the DHT shows them now,
+        share another config; the members, for whoever asks them next."""
+        members = self.membership.members()
+        run = run_config(members, besides=self.membership.me.peer_id)
+        if run is not None:
+            self.shared.check(run)
+        return members
+
     def _join(self) -> tuple[int, Members]:
         """Ask a live member to sponsor this peer; its admission (and public key) rides on the
-        sponsor's next signed batch, so every member learns it before the steps it concerns."""
+        sponsor's next signed batch, so every member learns it before the steps it concerns.
+        A sponsor refuses a peer with another config by answering with its own instead."""
         deadline = time.monotonic() + self.options.start_timeout
         me = self.membership.me
-        request = Frame({"peer": me.peer_id, "key": self.key}).encode()
+        request = Frame(
+            {"peer": me.peer_id, "key": self.key, "config": self.shared.to_record()}
+        ).encode()
         while time.monotonic() < deadline:
-            for member in sorted(self.membership.members(), key=lambda m: m.index):
+            for member in sorted(self._check_config(), key=lambda m: m.index):
                 if member.index < 0 or member.peer_id == me.peer_id:
                     continue
                 reply = self.link.request(member.peer_id, JOIN_PROTOCOL, request)
                 if reply is None:
                     continue
                 header = Frame.decode(reply).header
+                if "index" not in header:  # refused for its config, else no honest member's reply
+                    with contextlib.suppress(ConfigRecordError):
+                        self.shared.check(SharedConfig.read(header.get("config")))
+                    continue
                 self.say(
                     f"admitted as client {header['index']} from step {header['first_step']} by "
                     f"client {member.index}"

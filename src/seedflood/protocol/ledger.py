@@ -81,6 +81,17 @@ class LedgerError(ValueError):
     """A run directory whose ledger is missing, damaged or does not end where the run ended."""
 
 
+def update_record(config: dict[str, Any], *, local_steps: int, warmup_steps: int) -> dict[str, Any]:
+    """``config``'s (a JSON config dump) values of UPDATE_KEYS with ``local_steps`` and
+    ``warmup_steps`` resolved: a manifest records it for replays, and the peers of one run must
+    agree on it, so both compare what a rule resolved rather than what a config left unsaid."""
+    return {
+        **{key: config[key] for key in UPDATE_KEYS},
+        "local_steps": local_steps,
+        "warmup_steps": warmup_steps,
+    }
+
+
 def write_manifest(
     directory: Path,
     config: dict[str, Any],
@@ -99,11 +110,7 @@ def write_manifest(
     again when it ends."""
     manifest = {
         "ledger_version": LEDGER_VERSION,
-        "update": {
-            **{key: config[key] for key in UPDATE_KEYS},
-            "local_steps": local_steps,
-            "warmup_steps": warmup_steps,
-        },
+        "update": update_record(config, local_steps=local_steps, warmup_steps=warmup_steps),
         "base_hash": base_hash,
         "state_hash": state_hash,
         "messages": messages,

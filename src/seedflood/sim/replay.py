@@ -12,19 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from seedflood.build import run_data, run_direction
 from seedflood.config import RunConfig
 from seedflood.learning.models import load_model, save_model, state_hash
 from seedflood.learning.schedules import lr_schedule
-from seedflood.learning.scoring import accuracy, tokenize
+from seedflood.learning.scoring import evaluation, tokenize
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.ledger import LedgerError, apply_log, read_ledger
 
 
 def replay(run_dir: Path, out: Path | None = None) -> dict[str, Any]:
-    """The model of the run in ``run_dir`` rebuilt from its ledger (saved to ``out`` when given);
-    what was checked. Raises LedgerError where the base model or the end state differ."""
+    """What ``rebuild`` checked."""
+    return rebuild(run_dir, out)[1]
+
+
+def rebuild(run_dir: Path, out: Path | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """The model of the run in ``run_dir`` rebuilt from its ledger (saved to ``out`` when given),
+    and what was checked. Raises LedgerError where the base model or the end state differ."""
     manifest, messages = read_ledger(run_dir)
     config = RunConfig(**manifest["update"])
     torch.manual_seed(config.seed)
@@ -52,13 +58,20 @@ def replay(run_dir: Path, out: Path | None = None) -> dict[str, Any]:
         )
     if out is not None:
         save_model(model, tokenizer, out)
-    return {"messages": len(messages), "state_hash": final, "model_dir": str(out or "")}
+    return model, {"messages": len(messages), "state_hash": final, "model_dir": str(out or "")}
 
 
 def evaluate(model_dir: str, config: RunConfig) -> dict[str, Any]:
-    """Test accuracy of the model in ``model_dir`` (or any name `load_model` takes) on
+    """Test accuracy and loss of the model in ``model_dir`` (or any name `load_model` takes) on
     ``config``'s task, with the test set and scoring a run of ``config`` uses."""
     model, tokenizer = load_model(model_dir, seed=config.seed)
     test = tokenize(tokenizer, run_data(config).test, config.max_length)
-    score = accuracy(model, test, tokenizer.pad_token_id, config.eval_batch_size)
-    return {"accuracy": score, "test_examples": len(test), "task": config.task}
+    scored = evaluation(model, test, tokenizer.pad_token_id, config.eval_batch_size)
+    language_model = {} if scored.perplexity is None else {"perplexity": scored.perplexity}
+    return {
+        "accuracy": scored.accuracy,
+        "eval_loss": scored.loss,
+        **language_model,
+        "test_examples": len(test),
+        "task": config.task_name,
+    }

@@ -27,7 +27,7 @@ from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_
 from seedflood.learning.accuracy_cache import cached_accuracy
 from seedflood.learning.models import add_lora, save_model, state_hash
 from seedflood.learning.schedules import eps_schedule, lr_schedule
-from seedflood.learning.scoring import TokenizedExample, accuracy, majority_rate
+from seedflood.learning.scoring import TokenizedExample, accuracy, evaluation, majority_rate
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.checkpoint import (
@@ -47,6 +47,7 @@ from seedflood.sim.devices import (
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
 from seedflood.sim.ledger import RunLedger, resume_from_ledger
+from seedflood.sim.tracking import Tracker
 from seedflood.topology import Topology
 
 ProgressCallback = Callable[[int, dict[str, Any]], None]
@@ -169,10 +170,12 @@ def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
 
 
 def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, float]:
-    """GMP accuracy, and the clients' own accuracy where their models differ from it."""
+    """GMP accuracy and loss (language modelling: exact greedy completions, and perplexity),
+    and the clients' own accuracy where their models differ from it."""
     algorithm, batch_size = exp.algorithm, exp.config.eval_batch_size
     with algorithm.global_view():
-        global_accuracy = accuracy(algorithm.model, examples, exp.pad_id, batch_size)
+        scored = evaluation(algorithm.model, examples, exp.pad_id, batch_size)
+    global_accuracy = scored.accuracy
     if algorithm.clients_identical():
         client_accuracies = [global_accuracy]
     else:
@@ -183,8 +186,11 @@ def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, flo
                 client_accuracies.append(
                     accuracy(algorithm.model, examples, exp.pad_id, batch_size)
                 )
+    language_model = {} if scored.perplexity is None else {"perplexity": scored.perplexity}
     return {
         "accuracy": global_accuracy,
+        "eval_loss": scored.loss,
+        **language_model,
         "client_accuracy_mean": sum(client_accuracies) / len(client_accuracies),
         "client_accuracy_min": min(client_accuracies),
         "consensus_distance": algorithm.consensus_distance(),
@@ -220,7 +226,8 @@ def _fresh_or_resumed(
         last = history[-1]
         return Progress(done, history, last["train_seconds"], last["wall_seconds"], zero_shot)
     if resume:
-        report(0, {"event": "note", "text": f"no checkpoint {saved_at}: starting from scratch"})
+        text = f"no checkpoint {saved_at}: starting from scratch"
+        report(0, {"event": "nothing_to_resume", "text": text})
     report(0, {"event": "zero_shot", "test_accuracy": zero_shot})
     return Progress(0, [], 0.0, 0.0, zero_shot)
 
@@ -242,6 +249,7 @@ def run(
     The checkpoint is deleted once results.json is written, so resuming a finished run (without
     its results from ``compare``) starts it afresh.
     """
+    begun = time.perf_counter()  # the run's wall time counts loading too
     out = Path(out_dir)
     saved_at = checkpoint_path(out)
     for name in ("results.json", "history.jsonl", saved_at.name):
@@ -255,7 +263,7 @@ def run(
     reset_peak_rss()
     torch.manual_seed(config.seed)
     device = run_device()
-    with device:
+    with device, Tracker(out, config) as tracker:
         exp = build(config, device)
         algorithm = exp.algorithm
         base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
@@ -266,7 +274,7 @@ def run(
             else None
         )
         history, train_seconds = state.history, state.train_seconds
-        started = time.perf_counter() - state.wall_seconds
+        started = begun - state.wall_seconds
 
         def record(done: int, stats: dict[str, float]) -> None:
             entry = {"round": done, **stats, **evaluate(exp, exp.val), **algorithm.traffic()}
@@ -274,6 +282,7 @@ def run(
             entry["train_seconds"] = train_seconds
             history.append(entry)
             atomic_write_jsonl(out / "history.jsonl", history)
+            tracker.log(history)
             maybe_kill(kill, done, "history")
             if ledger is not None:
                 ledger.sync()
@@ -330,6 +339,7 @@ def _results(
             description["state_hash"] = state_hash(list(algorithm.model.parameters()))
     return {
         "method": config.name,
+        "task": config.task_name,
         "version": __version__,
         "zero_shot_accuracy": zero_shot_accuracy,
         "majority_accuracy": majority_rate(exp.test),

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from seedflood.cli import app
-from seedflood.compare import LOCK_NAME, claimed, plan
 from seedflood.config import ConfigError
 from seedflood.files import atomic_write_json, atomic_write_jsonl
+from seedflood.grid import LOCK_NAME, claimed, plan
 from seedflood.report import find_runs, head_to_head, summarize, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -269,7 +269,7 @@ def test_a_run_finished_by_another_process_while_this_one_waited_is_not_redone(
         (directory / "results.json").write_bytes(made)
         return real_claim(directory)
 
-    monkeypatch.setattr("seedflood.compare.claimed", finished_elsewhere_first)
+    monkeypatch.setattr("seedflood.grid.claimed", finished_elsewhere_first)
     raced = tmp_path / "raced"
     result = CliRunner().invoke(app, ["compare", str(path), "--out", str(raced)])
     assert result.exit_code == 0, result.output
