@@ -54,3 +54,8 @@ def test_the_readme_examples_train_and_export(
         assert "perplexity" not in results
     model = AutoModelForCausalLM.from_pretrained("out/model")
     assert model.config.num_hidden_layers == 2  # the tiny model, trained and exported
+    scored = CliRunner().invoke(app, ["evaluate", "out/model", "--config", "run.yaml"])
+    assert scored.exit_code == 0, scored.output
+    assert f"test accuracy {results['accuracy']:.4f}, loss {results['eval_loss']:.4f}" in (
+        " ".join(scored.output.split())
+    )

@@ -376,21 +376,36 @@ def replay(
 @app.command()
 def evaluate(
     model_dir: Annotated[str, typer.Argument(help="A saved model directory (or any model name)")],
-    task: Annotated[str, typer.Option(help="The task whose test set scores it")] = "sst2",
+    task: Annotated[
+        str | None, typer.Option(help="A built-in task whose test set scores it (default sst2)")
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", help="Score on this run config's task and test set instead"),
+    ] = None,
     set_: SetOption = None,
 ) -> None:
-    """Test accuracy of a saved model on a task, scored as a run scores its final model."""
+    """Test accuracy (and loss) of a saved model on a task, scored as a run scores its model."""
     from seedflood.sim.replay import evaluate as evaluate_model
 
-    config = _config(None, [f"task={task}", *(set_ or [])])
+    if task is not None and config_file is not None:
+        raise _fail(ConfigError("give --task or --config, not both"))
+    chosen = [] if config_file is not None else [f"task={task or 'sst2'}"]
+    config = _config(config_file, [*chosen, *(set_ or [])])
     try:
         scored = evaluate_model(model_dir, config)
     except USER_ERRORS as error:
         raise _fail(error) from None
+    extra = "".join(
+        f", {name} {scored[key]:.4f}"
+        for key, name in (("eval_loss", "loss"), ("perplexity", "perplexity"))
+        if key in scored
+    )
     log.info(
-        "%s: test accuracy %.4f on %d %s examples",
+        "%s: test accuracy %.4f%s on %d %s examples",
         model_dir,
         scored["accuracy"],
+        extra,
         scored["test_examples"],
-        task,
+        scored["task"],
     )

@@ -108,7 +108,8 @@ def test_evaluate_scores_the_export_as_the_run_did(data_dir, tmp_path, one_threa
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
-    assert f"test accuracy {results['accuracy']:.4f} on 40 sst2 examples" in output
+    scored = f"test accuracy {results['accuracy']:.4f}, loss {results['eval_loss']:.4f}"
+    assert f"{scored} on 40 sst2 examples" in output
 
 
 def test_gossip_runs_export_their_model_and_lora_its_adapter(
