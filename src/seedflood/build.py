@@ -9,14 +9,16 @@ simulator's bit for bit.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from seedflood.config import RunConfig
+from seedflood.config import ConfigError, RunConfig
 from seedflood.learning.models import load_model
+from seedflood.learning.precision import autocasts, forward_precision
 from seedflood.learning.scoring import TokenizedExample, tokenize
 from seedflood.learning.tasks import Example, TaskData, load_task, partition
 from seedflood.topology import Topology, make_topology
@@ -105,3 +107,43 @@ def run_direction(config: RunConfig, model: nn.Module) -> DenseDirection | SubCG
     return make_direction(
         config.direction, model, rank=config.rank, refresh=config.refresh, run_seed=config.seed
     )
+
+
+DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+
+
+def compute_device(name: str, *, setting: str, on_cpu: str) -> torch.device:
+    """The device ``name`` names, checked before any work: the simulator's $SEEDFLOOD_DEVICE and
+    a peer's --device both end here, so the two runners compute where the same name says.
+    'auto' is the first GPU where torch sees one, else the CPU. ``setting`` is how the user
+    named the device (for the messages) and ``on_cpu`` how they would ask for the CPU instead."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"{setting}={name!r} is not a device; use {DEVICES}") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ConfigError(f"{setting}={name!r}: seedflood computes on {DEVICES}")
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"{setting}={name!r}, but this torch ({torch.__version__}) sees no CUDA GPU; {on_cpu}"
+        )
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise ConfigError(f"{setting}={name!r}, but only cuda:0 to cuda:{count - 1} exist")
+    return device
+
+
+def run_precision(config: RunConfig, device: torch.device) -> AbstractContextManager[None]:
+    """The config's forward precision for every forward inside, refused up front where this
+    torch cannot autocast to it on ``device`` (autocast would only warn and compute in fp32)."""
+    if not autocasts(config.dtype, device):
+        raise ConfigError(
+            f"key 'dtype': this torch ({torch.__version__}) cannot compute {config.dtype} "
+            f"forwards on {device.type}; use dtype fp32"
+            + (" or bf16" if autocasts("bf16", device) else "")
+        )
+    return forward_precision(config.dtype)

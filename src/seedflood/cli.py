@@ -147,6 +147,10 @@ def peer(
     port: Annotated[int, typer.Option(help="TCP port to listen on (0: any free)")] = 0,
     pace: Annotated[float, typer.Option(help="At least this many seconds per round")] = 0.0,
     evaluate: Annotated[bool, typer.Option(help="Test accuracy of the final model")] = True,
+    device: Annotated[
+        str,
+        typer.Option(help="Where the model and forwards run: auto (a GPU if any), cpu, cuda[:N]"),
+    ] = "auto",
     set_: SetOption = None,
 ) -> None:
     """One SeedFlood client in this process, training with the run's other peers."""
@@ -162,6 +166,7 @@ def peer(
         port=port,
         pace=pace,
         evaluate=evaluate,
+        device=device,
     )
 
     def show(done: int, record: dict[str, Any]) -> None:

@@ -77,6 +77,10 @@ class RunConfig(BaseModel):
     local_steps: int | None = Field(None, ge=1)
     hops: int | None = Field(None, ge=1)
     scalar_format: Literal["fp32", "fp16", "bf16"] = "fp32"
+    # The precision the forwards (loss evaluations and evaluation) compute in, through
+    # torch.autocast; weights, perturbations and message application stay fp32, so the clients
+    # of a run stay bit-identical (seedflood.learning.precision).
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
     batched_forward: bool = True
     staleness: int = Field(0, ge=0)
     hash_every: int = Field(10, ge=1)
@@ -206,6 +210,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "batched_forward needs method seedflood with direction subcge, or method dzsgd "
                 "with lora: true"
+            )
+        if self.dtype == "fp16" and self.method in ("dsgd", "choco"):
+            raise ValueError(
+                f"dtype fp16 with method {self.method}: fp16 gradients underflow without loss "
+                "scaling, which seedflood does not do; use dtype bf16"
             )
         if self.lora and self.method == "seedflood":
             raise ValueError(

@@ -23,7 +23,7 @@ import hashlib
 import math
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -137,6 +137,33 @@ class DenseDirection:
         return Region([p.data for p in self.params], [None] * len(self.params))
 
 
+@dataclass
+class Terms:
+    """K SubCGE updates as arrays, in the order they apply: per matrix and update the row, basis
+    column and sign its seed picks (``rows``, ``cols``, ``signs``: matrices × K), and per update
+    its coefficient (float64) and epoch. A walk of the shared weights applies hundreds of
+    thousands of updates a round this way, with no Python object per update."""
+
+    rows: torch.Tensor
+    cols: torch.Tensor
+    signs: torch.Tensor
+    coefs: torch.Tensor
+    epochs: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.coefs)
+
+    def __getitem__(self, part: slice | torch.Tensor) -> Terms:
+        """The updates ``part`` (a slice, or indices in order) picks."""
+        return Terms(
+            self.rows[:, part],
+            self.cols[:, part],
+            self.signs[:, part],
+            self.coefs[part],
+            self.epochs[part],
+        )
+
+
 class SubCGEDirection:
     """Subspace canonical-basis directions: one (row, column, sign) per weight matrix."""
 
@@ -238,43 +265,68 @@ class SubCGEDirection:
         """The rows of each matrix that any of the updates touches."""
         if not updates:
             return Region([], [])
+        return self.rows_region(
+            torch.stack([self.coordinates(seed)[0] for seed, _, _ in chunk], dim=1)
+            for chunk in _chunks(updates)
+        )
+
+    def rows_region(self, blocks: Iterable[torch.Tensor]) -> Region:
+        """The rows of each matrix that any block (rows per matrix, matrices × K) names."""
         touched = [torch.zeros(len(w), dtype=torch.bool) for w in self.matrices]
-        for chunk in _chunks(updates):
-            rows = torch.stack([self.coordinates(seed)[0] for seed, _, _ in chunk], dim=1)
+        for rows in blocks:
             for mask, matrix_rows in zip(touched, rows, strict=True):
                 mask[matrix_rows] = True
         return Region(list(self.matrices), [mask.nonzero().flatten() for mask in touched])
 
-    def _terms(
-        self, updates: Sequence[Update]
+    def terms(self, updates: Sequence[Update]) -> Terms:
+        """``updates`` as arrays, their coordinates drawn (or taken from the cache) seed by seed."""
+        if not updates:
+            empty = torch.zeros(len(self.matrices), 0, dtype=torch.long)
+            return Terms(empty, empty, empty, torch.zeros(0, dtype=torch.float64), empty[0])
+        coords = [self.coordinates(seed) for seed, _, _ in updates]
+        return Terms(
+            rows=torch.stack([c[0] for c in coords], dim=1),
+            cols=torch.stack([c[1] for c in coords], dim=1),
+            signs=torch.stack([c[2] for c in coords], dim=1),
+            coefs=torch.tensor([coef for _, _, coef in updates], dtype=torch.float64),
+            epochs=torch.tensor([self.epoch(step) for _, step, _ in updates]),
+        )
+
+    def _scatters(
+        self, terms: Terms
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Per chunk, epoch and matrix: (matrix, basis, rows, columns, factors) of the updates, in
+        """Per chunk, epoch and matrix: (matrix, basis, rows, columns, factors) of the terms, in
         order. A factor is coef · sign · √(m·r): the update adds factor · V_e[:, column] to the row.
+        Chunks and epochs fix the order in which updates of two epochs reach a row, so every way of
+        applying the same updates (a list or arrays, in one call or chunk by chunk) rounds alike.
         """
-        for chunk in _chunks(updates):
-            coords = [self.coordinates(seed) for seed, _, _ in chunk]
-            rows = torch.stack([c[0] for c in coords], dim=1)
-            cols = torch.stack([c[1] for c in coords], dim=1)
-            signs = torch.stack([c[2] for c in coords], dim=1)
-            coefs = torch.tensor([coef for _, _, coef in chunk], dtype=torch.float64)
-            epochs = torch.tensor([self.epoch(step) for _, step, _ in chunk])
-            for epoch in epochs.unique().tolist():
-                selected = (epochs == epoch).nonzero().flatten()
+        scales = torch.tensor(self.scales, dtype=torch.float64)[:, None]
+        for start in range(0, len(terms), CHUNK):
+            chunk = terms[start : start + CHUNK]
+            epochs = chunk.epochs.unique().tolist()
+            for epoch in epochs:
+                part = chunk if len(epochs) == 1 else chunk[(chunk.epochs == epoch).nonzero()[:, 0]]
+                factors = part.coefs * part.signs * scales.to(part.coefs.device)
+                cast = {w.dtype: factors.to(w.dtype) for w in self.matrices}
                 basis = self.basis(epoch)
-                for index, (w, v, scale) in enumerate(
-                    zip(self.matrices, basis, self.scales, strict=True)
-                ):
-                    factors = (coefs[selected] * signs[index, selected] * scale).to(w.dtype)
-                    yield w, v, rows[index, selected], cols[index, selected], factors
+                for index, (w, v) in enumerate(zip(self.matrices, basis, strict=True)):
+                    yield w, v, part.rows[index], part.cols[index], cast[w.dtype][index]
 
     def apply(self, updates: Sequence[Update]) -> None:
-        """Apply (seed, step, coef) updates in the given order as one scatter per matrix.
+        """Apply (seed, step, coef) updates in the given order (see `apply_terms`)."""
+        for chunk in _chunks(updates):
+            self.apply_terms(self.terms(chunk))
 
-        ``index_add_`` on the CPU adds rows in index order, so the result equals applying the
-        updates one by one: O(K · Σ n_in) for K updates.
+    def apply_terms(self, terms: Terms) -> None:
+        """Apply updates in their order as one scatter per matrix (a few on a GPU, see
+        `add_rows_in_order`), so the result equals applying them one by one: O(K · Σ n_in).
+
+        The rows V_e[:, column] are gathered with ``index_select`` and scaled in place: advanced
+        indexing and a second product cost four times the scatter itself when a walk applies a
+        thousand updates to every matrix (benchmarks/scale.py at 1,024 clients).
         """
-        for w, v, rows, cols, factors in self._terms(updates):
-            w.index_add_(0, rows, v[cols] * factors[:, None])
+        for w, v, rows, cols, factors in self._scatters(terms):
+            add_rows_in_order(w, rows, v.index_select(0, cols).mul_(factors[:, None]))
 
     def apply_merged(self, updates: Sequence[Update]) -> None:
         """Apply many updates as one scatter into A (m × r) and one merge W += A V_eᵀ per matrix:
@@ -282,17 +334,36 @@ class SubCGEDirection:
 
         Its rounding differs from ``apply``; all clients of a run must use the same path.
         """
-        for w, v, rows, cols, factors in self._terms(updates):
-            coefficients = torch.zeros(w.shape[0], self.rank, dtype=w.dtype)
-            coefficients.index_put_((rows, cols), factors, accumulate=True)
-            w.add_(coefficients @ v)
+        for chunk in _chunks(updates):
+            for w, v, rows, cols, factors in self._scatters(self.terms(chunk)):
+                coefficients = torch.zeros(w.shape[0], self.rank, dtype=w.dtype)
+                coefficients.index_put_((rows, cols), factors, accumulate=True)
+                w.add_(coefficients @ v)
 
 
-def _chunks(updates: Sequence[Update], size: int = 4096) -> Iterator[Sequence[Update]]:
-    """Bounded slices of a long update list: with a thousand clients a view can hold hundreds of
-    thousands of messages, whose coordinates all at once would take gigabytes."""
-    for start in range(0, len(updates), size):
-        yield updates[start : start + size]
+IN_ORDER_ROWS = 16
+"""The most indices one CUDA ``index_add_`` adds in their order: up to 16, each thread adds every
+index's value to its elements in turn; above, threads race with atomic adds, and two updates of
+one row would be summed in no fixed order."""
+
+
+def add_rows_in_order(matrix: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> None:
+    """``matrix[rows[i]] += values[i]`` for i in order, on every device. The CPU's ``index_add_``
+    adds in index order; on a GPU the scatter goes IN_ORDER_ROWS indices at a time, so a commit
+    rounds as the CPU's does, and alike on every GPU peer, whatever the number of clients."""
+    size = len(rows) if matrix.device.type == "cpu" else IN_ORDER_ROWS
+    for start in range(0, len(rows), max(size, 1)):
+        matrix.index_add_(0, rows[start : start + size], values[start : start + size])
+
+
+CHUNK = 4096
+"""Updates applied together at most: with a thousand clients a view can hold hundreds of
+thousands of messages, whose coordinates all at once would take gigabytes."""
+
+
+def _chunks(updates: Sequence[Update]) -> Iterator[Sequence[Update]]:
+    for start in range(0, len(updates), CHUNK):
+        yield updates[start : start + CHUNK]
 
 
 def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:

@@ -13,6 +13,7 @@ from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.learning.models import load_model
 from seedflood.learning.scoring import loss_and_correct, tokenize
 from seedflood.learning.tasks import Example, partition
+from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.flooding import FloodState, flood
 from seedflood.protocol.messages import Message, quantize
 from seedflood.sim.faults import simulated_links
@@ -264,3 +265,23 @@ def test_batched_runs_keep_exact_consensus(tiny) -> None:
         sim.run_round(round_index)
         assert sim.clients_identical() and sim.consensus_distance() == 0.0
     assert not same(before, parameters(sim.model))
+
+
+def test_walks_are_the_updates_of_the_difference_bit_for_bit(tiny) -> None:
+    """Batched forwards walk the shared weights by arrays gathered from the pending coordinates
+    (seedflood.algorithms.pending): each walk must be the list `_difference` builds, clipped
+    alike, in its order, across subspace epochs, so that it rounds as that list does."""
+    topology = make_topology("ring", 8)
+    sim = make_seedflood(tiny, topology, hops=1, batched=True, clip=ScalarClip(0.5, 4))
+    for round_index in range(5):
+        sim.run_round(round_index)
+    helds = [sim.held(client) for client in range(sim.n)]
+    walker = sim.walks.walker(sim.pending, sim.clip, sim.lr)
+    for source, target in [({}, helds[0]), (helds[0], helds[3]), (helds[5], helds[1])]:
+        walked = walker.walk(source, target)
+        listed = sim.direction.terms(sim._difference(source, target))
+        assert len(walked) and len(walked.epochs.unique()) > 1
+        for field in ("rows", "cols", "signs", "coefs", "epochs"):
+            assert torch.equal(getattr(walked, field), getattr(listed, field)), field
+    messages = [list(made.values()) for made in sim.pending.values()]
+    assert any(abs(m.scalar) > sim.clip.bound(made) for made in messages for m in made)  # clipped

@@ -1,6 +1,6 @@
 """Peer states handing messages to each other in one process: they end on the simulator's model
-bit for bit, restart from their logs, admit a late joiner, survive a departure, and report a
-divergence when there is one."""
+bit for bit (built from one config on one device, too), restart from their logs, admit a late
+joiner, survive a departure, and report a divergence when there is one."""
 
 from __future__ import annotations
 
@@ -10,17 +10,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.config import load_config
+from seedflood.build import Parts, build_parts, run_direction, run_precision
+from seedflood.config import RunConfig, load_config
 from seedflood.learning.models import load_model
 from seedflood.peers.batch_exchange import Exchange
 from seedflood.peers.crypto import Context, SignedBatch, public_hex
 from seedflood.peers.inbox import BatchStore, Door, batch_body, batch_header
+from seedflood.peers.node import Node, PeerOptions, peer_state
 from seedflood.peers.p2p import Frame
 from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.protocol.guard import DivergenceGuard
+from seedflood.sim.runner import build
 from seedflood.topology import make_topology
 from seedflood.zo import make_direction
 from tests.algorithms.test_seedflood import make_seedflood
@@ -109,6 +113,76 @@ def test_peers_match_the_simulator_and_restart_from_their_logs(tiny, tmp_path: P
     from_log_alone = cluster.make(0)
     assert from_log_alone.replayed == 40 and from_log_alone.state_hash() == expected
     assert from_log_alone.own_rounds_done() == 5
+
+
+class ConfigCluster(Cluster):
+    """Peer states built from a run config as a `seedflood peer` process builds them: the run's
+    parts on the peer's device, each peer training its own copy of the model."""
+
+    def __init__(self, config: RunConfig, parts: Parts, sim: SeedFlood, root: Path) -> None:
+        self.config, self.parts = config, parts
+        super().__init__(sim, root, clients=config.clients)
+
+    def make(self, index: int, members: Members | None = None) -> PeerState:
+        own = replace(self.parts, model=copy.deepcopy(self.parts.model))
+        return peer_state(
+            self.config,
+            own,
+            run_direction(self.config, own.model),
+            me=index,
+            members=copy.deepcopy(members or self.members),
+            state_dir=self.root / f"peer{index}",
+        )
+
+
+NEEDS_CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: peers and simulator on cuda"
+)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype"),
+    [
+        ("cpu", "fp32"),
+        ("cpu", "bf16"),
+        pytest.param("cuda", "fp32", marks=NEEDS_CUDA),
+        pytest.param("cuda", "bf16", marks=NEEDS_CUDA),
+    ],
+)
+def test_peers_on_a_device_commit_the_simulators_model_there(
+    device: str, dtype: str, data_dir: Path, tmp_path: Path, one_thread
+) -> None:
+    """`seedflood peer --device D` and the simulator on D, from one config (batched forwards off:
+    a peer computes one client at a time) and in its precision: the same model bit for bit."""
+    config = load_config(
+        None,
+        [
+            "model=tiny",
+            f"data_dir={data_dir}",
+            "clients=3",
+            "rounds=3",
+            "rank=8",
+            "batch_size=4",
+            "n_train=24",
+            "n_val=4",
+            "n_test=4",
+            "batched_forward=false",
+            f"dtype={dtype}",
+        ],
+    )
+    options = PeerOptions(run_id="run", state_dir=tmp_path, out_dir=tmp_path, device=device)
+    chosen = Node(config, options, say=print).device
+    with chosen, run_precision(config, chosen):  # as run_peer and the simulator's run enter them
+        sim = build(config, chosen).algorithm
+        assert isinstance(sim, SeedFlood)
+        cluster = ConfigCluster(config, build_parts(config, chosen), sim, tmp_path)
+        base = sim.state_hash()
+        for round_index in range(config.rounds):
+            cluster.round(round_index)
+            sim.run_round(round_index)
+    assert next(cluster.states[0].model.parameters()).device.type == device
+    assert sim.state_hash() != base
+    assert cluster.hashes() == [sim.state_hash()] * config.clients
 
 
 def catch_up(joiner: PeerState, sponsor: PeerState) -> None:

@@ -82,20 +82,29 @@ class _Terms:
         self.pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
 
     def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """``output`` plus the terms of the rows' updates. Under a lower forward precision the
+        terms stand for the perturbation and the clients' differences, which stay in fp32 (see
+        seedflood.learning.precision): they are computed outside autocast and the output they
+        are added to is widened, not the terms rounded."""
         if self.rows is None or not len(self.pair_terms):
             return output
         terms = self.pair_terms
         tokens = torch.arange(x.shape[1])[None, :]
-        for epoch in self.epochs[terms].unique().tolist():
-            mask = self.epochs[terms] == epoch
-            rows, picked = self.pair_rows[mask], terms[mask]
-            projected = x @ self.direction.basis(epoch)[index].T
-            values = (
-                projected[rows, :, self.cols[index, picked]] * self.factors[index, picked][:, None]
-            )
-            output = output.index_put(
-                (rows[:, None], tokens, self.rows[index, picked][:, None]), values, accumulate=True
-            )
+        x, output = x.float(), output.float()
+        with torch.autocast(x.device.type, enabled=False):
+            for epoch in self.epochs[terms].unique().tolist():
+                mask = self.epochs[terms] == epoch
+                rows, picked = self.pair_rows[mask], terms[mask]
+                projected = x @ self.direction.basis(epoch)[index].T
+                values = (
+                    projected[rows, :, self.cols[index, picked]]
+                    * self.factors[index, picked][:, None]
+                )
+                output = output.index_put(
+                    (rows[:, None], tokens, self.rows[index, picked][:, None]),
+                    values,
+                    accumulate=True,
+                )
         return output
 
 
@@ -163,13 +172,32 @@ def _hooks(model: nn.Module, terms: _RowTerms) -> Iterator[None]:
             handle.remove()
 
 
-def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
-    """Rows and length ``candidate_scores`` gives an example: one prompt row when its classes are
-    single tokens, else a prompt + candidate row per candidate (a completion's one row)."""
+class _Unaltered:
+    """No row altered: the forwards of the shared model itself."""
+
+    def linear_index(self, module: nn.Linear) -> int | None:
+        return None
+
+    def select_rows(self, row_segments: torch.Tensor) -> None:
+        return None
+
+    def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        return output
+
+
+def _row_lengths(example: TokenizedExample) -> list[int]:
+    """Lengths of the rows ``candidate_scores`` gives an example: one prompt row when its classes
+    are single tokens, else a prompt + candidate row per candidate (a completion's one row)."""
     lengths = [len(c) for c in example.candidates]
     if len(lengths) > 1 and max(lengths) == 1:
-        return 1, len(example.prompt)
-    return len(lengths), len(example.prompt) + max(lengths)
+        return [len(example.prompt)]
+    return [len(example.prompt) + length for length in lengths]
+
+
+def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
+    """Rows and padded length ``candidate_scores`` gives an example."""
+    lengths = _row_lengths(example)
+    return len(lengths), max(lengths)
 
 
 def _padded_chunks(
@@ -189,6 +217,26 @@ def _padded_chunks(
         yield owned[start:]
 
 
+def _owned(batches: Sequence[Sequence[TokenizedExample]]) -> list[tuple[int, TokenizedExample]]:
+    """Every batch's examples with their batch's index, sorted by length."""
+    return sorted(
+        ((s, example) for s, batch in enumerate(batches) for example in batch),
+        key=lambda item: len(item[1].prompt),
+    )
+
+
+def padding(
+    batches: Sequence[Sequence[TokenizedExample]], tokens_per_forward: int = 2048
+) -> tuple[int, int]:
+    """Real and padded tokens of the forwards that batched losses of ``batches`` run."""
+    real = padded = 0
+    for chunk in _padded_chunks(_owned(batches), tokens_per_forward):
+        rows = [_row_lengths(example) for _, example in chunk]
+        real += sum(sum(lengths) for lengths in rows)
+        padded += sum(len(lengths) for lengths in rows) * max(max(lengths) for lengths in rows)
+    return real, padded
+
+
 def _batched_losses(
     model: nn.Module,
     terms: _RowTerms,
@@ -197,10 +245,7 @@ def _batched_losses(
     tokens_per_forward: int,
 ) -> list[float]:
     """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``."""
-    owned = sorted(
-        ((s, example) for s, batch in enumerate(batches) for example in batch),
-        key=lambda item: len(item[1].prompt),
-    )
+    owned = _owned(batches)
     totals = torch.zeros(len(batches), dtype=torch.float64)
     counts = torch.zeros(len(batches), dtype=torch.float64)
     with torch.inference_mode(), _hooks(model, terms):
@@ -229,6 +274,18 @@ def segment_losses(
     terms = _Terms(direction, segments)
     batches = [segment.examples for segment in segments]
     return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)
+
+
+def shared_losses(
+    model: nn.Module,
+    batches: Sequence[Sequence[TokenizedExample]],
+    pad_id: int,
+    tokens_per_forward: int = 2048,
+) -> list[float]:
+    """Mean cross-entropy of every batch under the shared model itself, in the forwards batched
+    losses of the same batches run (the same chunks, padded alike): the plain-forward reference
+    that benchmarks/gpu.py times a batched step against."""
+    return _batched_losses(model, _Unaltered(), batches, pad_id, tokens_per_forward)
 
 
 def row_weight_losses(

@@ -25,6 +25,7 @@ from torch import nn
 
 from seedflood.algorithms.batched import Segment, segment_losses
 from seedflood.algorithms.common import sample_batch
+from seedflood.algorithms.pending import Held, PendingCoordinates, split
 from seedflood.learning.models import state_hash
 from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
@@ -71,9 +72,6 @@ class Repair(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-
-Held = dict[int, int]
-"""The pending messages a client holds: step → bitmask of origins (see FloodState.held)."""
 
 MAX_CORRECTIONS = 256
 """Batched forwards group consecutive clients while each differs from the group's first by at
@@ -125,6 +123,12 @@ class SeedFlood:
             )
         self.batched = batched
         self.n = topology.n
+        in_flight = local_steps * (topology.diameter // max(hops, 1) + 2)
+        self.walks = (
+            PendingCoordinates(direction, run_seed, self.n, in_flight)
+            if isinstance(direction, SubCGEDirection)
+            else None
+        )
         if repair_exchanges < 0:
             raise ValueError(f"repair_exchanges must be >= 0, got {repair_exchanges}")
         self.repair_exchanges = repair_exchanges
@@ -172,9 +176,7 @@ class SeedFlood:
     def _difference(self, source: Held, target: Held) -> list[Update]:
         """Updates turning the model of ``source`` into that of ``target``, up to rounding: the
         messages only ``source`` holds taken back, then those only ``target`` holds added."""
-        steps = source.keys() | target.keys()
-        dropped = {t: source.get(t, 0) & ~target.get(t, 0) for t in steps}
-        gained = {t: target.get(t, 0) & ~source.get(t, 0) for t in steps}
+        dropped, gained = split(source, target)
         return self.updates(self._messages(dropped), -1.0) + self.updates(self._messages(gained))
 
     def client_view(self, client: int) -> Any:
@@ -256,15 +258,17 @@ class SeedFlood:
         only the messages that differ, each client's difference from them (and its ± perturbation,
         one more update (seed, step, ±ε)) is added in the forward, and the weights are restored
         exactly at the end."""
+        assert self.walks is not None and isinstance(self.direction, SubCGEDirection)
         helds = [self.held(client) for client in range(self.n)]
-        region = self.direction.region(self.updates(self._all_pending()))
+        walker = self.walks.walker(self.pending, self.clip, self.lr)
+        region = self.direction.rows_region(self.walks.rows(self.pending.keys()))
         saved = region.save()
         eps = self.eps(step)
         estimates: list[tuple[float, float]] = []
         shared: Held = {}
         try:
             for group in self._groups(helds):
-                self.direction.apply(self._difference(shared, helds[group[0]]))
+                self.direction.apply_terms(walker.walk(shared, helds[group[0]]))
                 shared = helds[group[0]]
                 segments = []
                 for client in group:
@@ -282,17 +286,21 @@ class SeedFlood:
             region.restore(saved)
         return estimates
 
+    def estimates(self, step: int) -> list[tuple[float, float]]:
+        """Every client's (scalar, mean loss) at ``step`` on the model it holds now, the weights
+        restored exactly afterwards: what a round floods, and what benchmarks/precision.py
+        recomputes under another forward precision on the same models."""
+        if self.batched:
+            return self._estimates_batched(step)
+        return self._estimates_one_by_one(step)
+
     def run_round(self, round_index: int) -> dict[str, float]:
         """``local_steps`` ZO steps on every client, then ``hops`` flooding hops, then (over
         faulty links) anti-entropy exchanges, then commit."""
         losses, scalars = [], []
         for offset in range(self.local_steps):
             step = round_index * self.local_steps + offset
-            if self.batched:
-                estimates = self._estimates_batched(step)
-            else:
-                estimates = self._estimates_one_by_one(step)
-            for client, (scalar, loss) in enumerate(estimates):
+            for client, (scalar, loss) in enumerate(self.estimates(step)):
                 message = self.make_message(step, client, scalar)
                 self._originate(message)
                 losses.append(loss)
@@ -317,6 +325,8 @@ class SeedFlood:
         self.floods[message.origin].originate(message)
         self.pending.setdefault(message.step, {})[message.origin] = message
         self.messages_made += 1
+        if self.walks is not None:
+            self.walks.add(message.step)
 
     def _spread(self, round_index: int) -> dict[str, float]:
         """The round's flooding hops, anti-entropy over faulty links, then commit."""
@@ -329,6 +339,8 @@ class SeedFlood:
             )
             stats["repair_exchanges"] = float(exchanges)
         self._commit()
+        if self.walks is not None:
+            self.walks.retain(self.pending.keys())
         return {"pending_messages": float(self.pending_held()), **stats}
 
     def make_message(self, step: int, client: int, scalar: float) -> Message:

@@ -20,6 +20,7 @@ from torch import nn
 
 from seedflood.files import atomic_write_json
 from seedflood.learning.models import cache_dir, state_hash
+from seedflood.learning.precision import forward_dtype
 from seedflood.learning.scoring import TokenizedExample, accuracy
 
 
@@ -27,14 +28,17 @@ def accuracy_key(
     model: nn.Module, examples: Sequence[TokenizedExample], pad_id: int, batch_size: int
 ) -> str:
     """What the score depends on: the parameters, the examples, the batching (it sets the
-    padding, hence the last bits of every logit), the torch build that does the arithmetic and
-    the device it runs on (named only off the CPU, so the CPU's entries keep their keys)."""
+    padding, hence the last bits of every logit), the torch build that does the arithmetic, the
+    device it runs on and the forwards' precision (each named only where it is not the CPU or
+    fp32, so the entries of fp32 runs on the CPU keep their keys)."""
     params = list(model.parameters())
     digest = hashlib.sha256(state_hash(params).encode())
     digest.update(repr(list(examples)).encode())
     digest.update(f"pad={pad_id} batch={batch_size} torch={torch.__version__}".encode())
     if params[0].device.type != "cpu":
         digest.update(f"device={params[0].device.type}".encode())
+    if forward_dtype() != "fp32":
+        digest.update(f"dtype={forward_dtype()}".encode())
     return digest.hexdigest()
 
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from seedflood.learning.precision import autocast
 from seedflood.learning.tasks import Example
 
 
@@ -97,15 +98,21 @@ def candidate_scores(
 def _scores_and_matches(
     model: nn.Module, batch: Sequence[TokenizedExample], pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The scores, and on the general path whether each candidate is every token's argmax."""
+    """The scores, and on the general path whether each candidate is every token's argmax.
+
+    The forward runs in the run's precision (seedflood.learning.precision); the scores leave it
+    in fp32, so losses and gradients are taken at full precision from lower-precision logits."""
     backbone = model.base_model
     head = model.get_output_embeddings()
+    in_precision = autocast(head.weight.device.type)
     if _is_single_token(batch):
         ids, mask = _pad([e.prompt for e in batch], pad_id)
-        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-        last = hidden[torch.arange(len(batch)), mask.sum(dim=1) - 1]
-        label_ids = torch.tensor([c[0] for c in batch[0].candidates])
-        return last @ head.weight[label_ids].T, None
+        with in_precision:
+            hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+            last = hidden[torch.arange(len(batch)), mask.sum(dim=1) - 1]
+            label_ids = torch.tensor([c[0] for c in batch[0].candidates])
+            logits = last @ head.weight[label_ids].T
+        return logits.float(), None
     sequences, spans = [], []
     for example in batch:
         for candidate in example.candidates:
@@ -113,14 +120,16 @@ def _scores_and_matches(
             sequences.append(example.prompt + candidate)
             spans.append((start, len(candidate)))
     ids, mask = _pad(sequences, pad_id)
-    hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-    scores = torch.empty(len(sequences), dtype=hidden.dtype)
+    scores = torch.empty(len(sequences), dtype=torch.float32)
     matches = torch.empty(len(sequences), dtype=torch.bool)
-    for row, (start, length) in enumerate(spans):
-        targets = ids[row, start : start + length]
-        log_probs = F.log_softmax(head(hidden[row, start - 1 : start - 1 + length]), dim=-1)
-        scores[row] = log_probs.gather(1, targets[:, None]).mean()
-        matches[row] = bool((log_probs.argmax(dim=-1) == targets).all())
+    with in_precision:
+        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        for row, (start, length) in enumerate(spans):
+            targets = ids[row, start : start + length]
+            logits = head(hidden[row, start - 1 : start - 1 + length]).float()
+            log_probs = F.log_softmax(logits, dim=-1)
+            scores[row] = log_probs.gather(1, targets[:, None]).mean()
+            matches[row] = bool((log_probs.argmax(dim=-1) == targets).all())
     return scores.view(len(batch), -1), matches.view(len(batch), -1)
 
 

@@ -11,9 +11,10 @@ message does to the model, local steps and warm-up resolved), and `PEER_KEYS`:
 
 - the divergence guard's keys: the guard decides whether a step is committed at all, so peers
   that disagree stop at different steps;
-- eps, eps_schedule, batch_size, staleness, and task, n_train, partition, alpha, max_length (which
-  decide each client's shard): they shape the scalar a client computes, so that a run of real
-  peers is the run its config describes (and the simulator reproduces);
+- eps, eps_schedule, batch_size, dtype (the forwards' precision), staleness, and task, n_train,
+  partition, alpha, max_length (which decide each client's shard): they shape the scalar a client
+  computes, so that a run of real peers is the run its config describes (and the simulator
+  reproduces);
 - topology: each peer lays the run's topology over the live members to find its neighbours (by
   name and seed alone), and peers that disagree push along edges the other end does not keep.
 
@@ -48,6 +49,7 @@ PEER_KEYS: tuple[str, ...] = (
     "eps",
     "eps_schedule",
     "batch_size",
+    "dtype",
     "staleness",
     "task",
     "n_train",

@@ -21,12 +21,13 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from seedflood import __version__
-from seedflood.build import build_parts, run_direction
+from seedflood.build import Parts, build_parts, compute_device, run_direction, run_precision
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
@@ -51,8 +52,46 @@ from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard, guard_record
 from seedflood.protocol.ledger import write_manifest
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
+from seedflood.zo import SubCGEDirection
 
-__all__ = ["Node", "PeerError", "PeerOptions", "run_peer"]
+__all__ = ["Node", "PeerError", "PeerOptions", "peer_state", "run_peer"]
+
+
+def peer_state(
+    config: RunConfig,
+    parts: Parts,
+    direction: SubCGEDirection,
+    *,
+    me: int,
+    members: Members,
+    state_dir: Path,
+    on_divergence: Callable[[str], None] | None = None,
+) -> PeerState:
+    """Client ``me`` of a run of ``config``, training ``parts``' model along ``direction``: what
+    a peer process builds once seated, kept apart so tests can hold such states beside the
+    simulator built from the same config."""
+    return PeerState(
+        me=me,
+        members=members,
+        model=parts.model,
+        direction=direction,
+        shard=parts.shard(me % config.clients),
+        pad_id=parts.pad_id,
+        state_dir=state_dir,
+        clients=config.clients,
+        lr=lr_schedule(config),
+        eps=eps_schedule(config),
+        batch_size=config.batch_size,
+        local_steps=config.steps_per_round,
+        staleness=config.staleness,
+        scalar_format=config.scalar_format,
+        run_seed=config.seed,
+        hash_every=config.hash_every,
+        snapshot_every=config.snapshot_every,
+        on_divergence=on_divergence,
+        clip=ScalarClip.from_config(config),
+        guard=DivergenceGuard.from_config(config),
+    )
 
 
 class RoundClock:
@@ -75,6 +114,7 @@ class Node:
 
     def __init__(self, config: RunConfig, options: PeerOptions, say: Say) -> None:
         self.config, self.options, self.say = config, options, say
+        self.device = compute_device(options.device, setting="--device", on_cpu="use --device cpu")
         self.local_steps = config.steps_per_round
         self.cond = threading.Condition()
         self.clock = RoundClock(floor=0.2)
@@ -95,7 +135,7 @@ class Node:
             raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
         signing_key = load_or_create_key(options.state_dir)
         torch.manual_seed(self.config.seed)
-        self.parts = build_parts(self.config)
+        self.parts = build_parts(self.config, self.device)
         self.dht = start_dht(options, self.say)
         addresses = [str(a) for a in self.dht.get_visible_maddrs()]
         atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
@@ -146,30 +186,16 @@ class Node:
             self.say(f"client {me}: replayed {self.state.replayed} logged messages")
 
     def _new_state(self, me: int, members: Members) -> PeerState:
-        config, parts = self.config, self.parts
-        direction = run_direction(config, parts.model)
+        direction = run_direction(self.config, self.parts.model)
         self.base_hash = state_hash(direction.tensors)  # before the log is replayed into it
-        return PeerState(
+        return peer_state(
+            self.config,
+            self.parts,
+            direction,
             me=me,
             members=members,
-            model=parts.model,
-            direction=direction,
-            shard=parts.shard(me % config.clients),
-            pad_id=parts.pad_id,
             state_dir=self.options.state_dir,
-            clients=config.clients,
-            lr=lr_schedule(config),
-            eps=eps_schedule(config),
-            batch_size=config.batch_size,
-            local_steps=self.local_steps,
-            staleness=config.staleness,
-            scalar_format=config.scalar_format,
-            run_seed=config.seed,
-            hash_every=config.hash_every,
-            snapshot_every=config.snapshot_every,
             on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
-            clip=ScalarClip.from_config(config),
-            guard=DivergenceGuard.from_config(config),
         )
 
     def _handlers(self) -> dict[str, Handler]:
@@ -383,6 +409,7 @@ class Node:
             "messages_committed": len(state.committed),
             "wall_seconds": time.perf_counter() - started,
             "train_seconds": train_seconds,
+            "device": str(self.device),
             "data_source": parts.data_source,
             "config": config.model_dump(),
         }
@@ -420,8 +447,11 @@ def run_peer(
     options.out_dir.mkdir(parents=True, exist_ok=True)
     node = Node(config, options, say)
     try:
-        node.start()
-        return node.run(progress)
+        # Every tensor the peer makes lands on its device, and every forward (all on this
+        # thread: the link's threads only move messages) runs in the config's precision.
+        with node.device, run_precision(config, node.device):
+            node.start()
+            return node.run(progress)
     except MembershipError as error:
         raise PeerError(str(error)) from None
     finally:

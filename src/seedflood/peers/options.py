@@ -34,3 +34,6 @@ class PeerOptions:
     evaluate: bool = True
     start_timeout: float = 120.0
     linger: float = 60.0
+    # Where the model lives and the forwards run, like the simulator's $SEEDFLOOD_DEVICE: an
+    # execution setting, not the run's ('auto': a GPU where torch sees one, else the CPU).
+    device: str = "auto"

@@ -42,7 +42,9 @@ UPDATE_KEYS: tuple[str, ...] = (
     "clip_window",
 )
 """The run config's keys that decide what a message does to the model: with the base model and
-the log they fix the trained model, so a replay reads nothing else."""
+the log they fix the trained model, so a replay reads nothing else. Not among them: what only
+shapes the scalar a client computes (eps, batch_size, the forwards' precision ``dtype``), since a
+replay applies the logged scalars in fp32 and makes no forward pass."""
 
 
 def apply_log(

@@ -9,9 +9,23 @@ peers both turn messages into updates here, so their models agree bit for bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
 
 from seedflood.protocol.messages import Message
 from seedflood.zo import Update, message_seed
+
+Values = TypeVar("Values", float, np.ndarray)
+
+
+def coefficient(
+    scalar: Values, rate: Values, *, clients: int, weight: Values | float = 1.0
+) -> Values:
+    """The coefficient −(η_t/n)·g·weight of u for a scalar g of a step whose rate is η_t, or
+    elementwise for arrays of them: the same operations in the same order either way, so the
+    same bits."""
+    return -rate / clients * scalar * weight
 
 
 def message_updates(
@@ -28,7 +42,7 @@ def message_updates(
         (
             message_seed(run_seed, m.origin, m.step),
             m.step,
-            -lr(m.step) / clients * m.scalar * weight,
+            coefficient(m.scalar, lr(m.step), clients=clients, weight=weight),
         )
         for m in messages
     ]

@@ -18,32 +18,18 @@ from pathlib import Path
 import psutil
 import torch
 
-from seedflood.config import ConfigError
+from seedflood.build import compute_device
 
 DEVICE_VARIABLE = "SEEDFLOOD_DEVICE"
-_ALLOWED = "'cpu', 'cuda' or 'cuda:N'"
 
 
 def run_device() -> torch.device:
     """The device $SEEDFLOOD_DEVICE names (the CPU when unset), checked before any work."""
-    name = os.environ.get(DEVICE_VARIABLE, "").strip() or "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"${DEVICE_VARIABLE}={name!r} is not a device; use {_ALLOWED}") from None
-    if device.type == "cpu":
-        return device
-    if device.type != "cuda":
-        raise ConfigError(f"${DEVICE_VARIABLE}={name!r}: simulations run on {_ALLOWED}")
-    if not torch.cuda.is_available():
-        raise ConfigError(
-            f"${DEVICE_VARIABLE}={name!r}, but this torch ({torch.__version__}) sees no CUDA GPU; "
-            f"unset {DEVICE_VARIABLE} to run on the CPU"
-        )
-    count = torch.cuda.device_count()
-    if (device.index or 0) >= count:
-        raise ConfigError(f"${DEVICE_VARIABLE}={name!r}, but only cuda:0 to cuda:{count - 1} exist")
-    return device
+    return compute_device(
+        os.environ.get(DEVICE_VARIABLE, "").strip() or "cpu",
+        setting=f"${DEVICE_VARIABLE}",
+        on_cpu=f"unset {DEVICE_VARIABLE} to run on the CPU",
+    )
 
 
 def available_bytes(device: torch.device) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seedflood.build import run_data, run_direction
+from seedflood.build import run_data, run_direction, run_precision
 from seedflood.config import RunConfig
 from seedflood.learning.models import load_model, save_model, state_hash
 from seedflood.learning.schedules import lr_schedule
@@ -63,10 +63,12 @@ def rebuild(run_dir: Path, out: Path | None = None) -> tuple[nn.Module, dict[str
 
 def evaluate(model_dir: str, config: RunConfig) -> dict[str, Any]:
     """Test accuracy and loss of the model in ``model_dir`` (or any name `load_model` takes) on
-    ``config``'s task, with the test set and scoring a run of ``config`` uses."""
+    ``config``'s task, with the test set, scoring and forward precision a run of ``config``
+    uses."""
     model, tokenizer = load_model(model_dir, seed=config.seed)
     test = tokenize(tokenizer, run_data(config).test, config.max_length)
-    scored = evaluation(model, test, tokenizer.pad_token_id, config.eval_batch_size)
+    with run_precision(config, torch.device("cpu")):
+        scored = evaluation(model, test, tokenizer.pad_token_id, config.eval_batch_size)
     language_model = {} if scored.perplexity is None else {"perplexity": scored.perplexity}
     return {
         "accuracy": scored.accuracy,

@@ -21,13 +21,15 @@ from seedflood.algorithms.attacks import PoisoningSeedFlood
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.build import Parts, build_parts, run_direction
+from seedflood.build import Parts, build_parts, run_direction, run_precision
 from seedflood.config import ConfigError, RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_temporaries
 from seedflood.learning.accuracy_cache import cached_accuracy
+from seedflood.learning.generation import greedy_generations
 from seedflood.learning.models import add_lora, save_model, state_hash
 from seedflood.learning.schedules import eps_schedule, lr_schedule
 from seedflood.learning.scoring import TokenizedExample, accuracy, evaluation, majority_rate
+from seedflood.learning.tasks import TaskSpec
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.checkpoint import (
@@ -263,7 +265,7 @@ def run(
     reset_peak_rss()
     torch.manual_seed(config.seed)
     device = run_device()
-    with device, Tracker(out, config) as tracker:
+    with device, run_precision(config, device), Tracker(out, config) as tracker:
         exp = build(config, device)
         algorithm = exp.algorithm
         base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
@@ -314,6 +316,12 @@ def run(
         results = _results(config, exp, state.zero_shot_accuracy, device)
         if ledger is not None:
             results.update(ledger.close())
+        if isinstance(config.task, TaskSpec) and config.task.eval_generate:
+            with algorithm.global_view():
+                generations = greedy_generations(algorithm.model, exp.tokenizer, exp.test)
+            atomic_write_jsonl(out / "generations.jsonl", generations)
+            matches = sum(row["match"] for row in generations)
+            results["generated_exact_match"] = matches / len(generations)
         if config.save_model:
             with algorithm.global_view():
                 save_model(algorithm.model, exp.tokenizer, out / "model")

@@ -1,0 +1,230 @@
+"""A SeedFlood round on a GPU against a plain forward of the same sequences, in fp32 and bf16.
+
+The model has SmolLM2-135M's shape (30 layers, width 576, MLP 1536, 9 heads, 3 key-value heads,
+its 49,152-token vocabulary) and random weights, so nothing is downloaded or converted. For each
+client count and forward precision (the run config's ``dtype``) it times, after --warmup
+repetitions, --reps repetitions of
+
+- the plain forward: the sequences one SeedFlood round forwards (each client's batch twice, for
+  x ± εu), in the chunks and padding the round uses (`shared_losses`), through the model alone;
+- the round: `SeedFlood.run_round` with hops = diameter, the same forwards with every client's
+  perturbation added by the correction hooks, then flooding and the commit;
+
+with ``torch.cuda.synchronize()`` around each, and writes their medians, the ratio round / plain
+forward, the padding of those forwards and the peak GPU memory to OUT/gpu.json with the device
+name and the torch version. --profile runs one more round per row under torch.profiler and keeps
+the operations with the most self time (GPU time on a GPU) in the row.
+
+Batches come from SST-2 in $SEEDFLOOD_DATA_DIR when it holds sst2/, else from the synthetic
+SST-2-shaped task (short phrases: fewer tokens than SST-2). The tokenizer is SmolLM2's, from
+seedflood's cache ($SEEDFLOOD_CACHE, see seedflood.learning.models). On a lent GPU nothing can
+be fetched: carry the tokenizer, the data and pydantic (which the run config needs; the device
+image lacks it) in a folder that .git/info/exclude ignores, say .gpu/:
+
+    mkdir -p .gpu/cache/smollm2-135m-tokenizer .gpu/data
+    cp ~/.cache/seedflood/smollm2-135m-instruct/tokenizer* .gpu/cache/smollm2-135m-tokenizer/
+    cp -r ../shared/data/sst2 .gpu/data/
+    pip download --no-deps --only-binary=:all: --python-version 3.12 --platform \\
+        manylinux_2_17_x86_64 -d .gpu/wheels pydantic pydantic-core annotated-types \\
+        typing-inspection
+    # there, carrying .gpu:
+    pip install -q --no-index --no-deps --target /tmp/site .gpu/wheels/*.whl
+    PYTHONPATH=src:/tmp/site SEEDFLOOD_CACHE=.gpu/cache SEEDFLOOD_DATA_DIR=.gpu/data \\
+        python3 benchmarks/gpu.py --device cuda --profile --out $OUT
+
+Here, a smoke test (tests/test_gpu_bench.py runs a smaller one):
+
+    .venv/bin/python benchmarks/gpu.py --device cpu --clients 4 --reps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from timing import machine
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from seedflood.algorithms.batched import padding, shared_losses
+from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.build import build_parts, run_precision
+from seedflood.config import RunConfig
+from seedflood.files import atomic_write_json
+from seedflood.learning.models import load_model
+from seedflood.learning.synthetic import write_synthetic_sst2
+from seedflood.learning.tasks import data_dir_from_env
+from seedflood.sim.runner import build_algorithm
+
+SMOLLM2_135M = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
+    "tie_word_embeddings": True,
+}
+
+
+def smollm2_shaped(tokenizer: PreTrainedTokenizerBase, layers: int) -> LlamaForCausalLM:
+    """SmolLM2-135M's architecture with random weights (seed 0) and ``layers`` layers, in fp32
+    on the CPU: the compute of the real model without its checkpoint."""
+    config = LlamaConfig(
+        **{**SMOLLM2_135M, "num_hidden_layers": layers},
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    return model.eval().requires_grad_(False)
+
+
+def timed(action: Callable[[], object], device: torch.device) -> float:
+    """Seconds ``action`` takes, the GPU's queue drained before and after."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    action()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+def top_operations(algorithm: SeedFlood, round_index: int, device: torch.device) -> list[dict]:
+    """One round under torch.profiler: the 15 operations with the most self time (on a GPU,
+    GPU time), with their share of all operations' self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiler:
+        algorithm.run_round(round_index)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in profiler.key_averages() if getattr(e, attribute) > 0]
+    total = sum(getattr(e, attribute) for e in events) or 1.0
+    events.sort(key=lambda e: getattr(e, attribute), reverse=True)
+    return [
+        {
+            "op": e.key,
+            "self_ms": getattr(e, attribute) / 1e3,
+            "share": getattr(e, attribute) / total,
+            "calls": e.count,
+        }
+        for e in events[:15]
+    ]
+
+
+def measure(
+    model: LlamaForCausalLM, config: RunConfig, args: argparse.Namespace, device: torch.device
+) -> dict[str, Any]:
+    """One row: the plain forward and the round at ``config``'s clients and precision."""
+    with device, run_precision(config, device):
+        parts = build_parts(config, device)
+        parts.model = model
+        algorithm = build_algorithm(config, parts)
+        assert isinstance(algorithm, SeedFlood)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        plain, rounds, real, padded = [], [], 0, 0
+        for index in range(args.warmup + args.reps):
+            step = index * algorithm.local_steps
+            batches = [algorithm.batch(c, step) for c in range(config.clients) for _ in "+-"]
+            plain.append(timed(lambda b=batches: shared_losses(model, b, parts.pad_id), device))
+            rounds.append(timed(lambda i=index: algorithm.run_round(i), device))
+            real, padded = padding(batches)
+        plain, rounds = plain[args.warmup :], rounds[args.warmup :]
+        row: dict[str, Any] = {
+            "clients": config.clients,
+            "dtype": config.dtype,
+            "plain_forward_seconds": statistics.median(plain),
+            "round_seconds": statistics.median(rounds),
+            "ratio": statistics.median(rounds) / statistics.median(plain),
+            "plain_forward_all": plain,
+            "round_all": rounds,
+            "sequences": 2 * config.clients * config.batch_size,
+            "real_tokens": real,
+            "padded_tokens": padded,
+            "padding_ratio": padded / real,
+        }
+        if device.type == "cuda":
+            row["peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        if args.profile:
+            row["profile"] = top_operations(algorithm, args.warmup + args.reps, device)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--clients", type=int, nargs="+", default=[16, 128])
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=SMOLLM2_135M["num_hidden_layers"])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    model = smollm2_shaped(load_model("tiny")[1], args.layers).to(device)
+    given = data_dir_from_env()
+    real_data = given is not None and (given / "sst2").is_dir()
+    with tempfile.TemporaryDirectory() as scratch:
+        data_dir = given if real_data else write_synthetic_sst2(Path(scratch), 4096, 8)
+        rows = []
+        for clients in args.clients:
+            for dtype in args.dtypes:
+                config = RunConfig(
+                    model="tiny",
+                    task="sst2",
+                    data_dir=str(data_dir),
+                    clients=clients,
+                    topology="ring",
+                    batch_size=args.batch,
+                    n_train=2 * clients * args.batch,
+                    n_val=1,
+                    n_test=1,
+                    dtype=dtype,
+                    batched_forward=True,
+                    lr=1e-4,
+                )
+                row = measure(model, config, args, device)
+                rows.append(row)
+                print(
+                    f"{clients:>4} clients {dtype}: plain forward "
+                    f"{row['plain_forward_seconds']:.4f} s, round {row['round_seconds']:.4f} s, "
+                    f"ratio {row['ratio']:.2f}, padding {row['padding_ratio']:.2f}x"
+                )
+    result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": machine(),
+        "model": {**SMOLLM2_135M, "num_hidden_layers": args.layers, "weights": "random"},
+        "data": "sst2" if real_data else "synthetic sst2",
+        "batch": args.batch,
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "rows": rows,
+    }
+    atomic_write_json(args.out / "gpu.json", result)
+
+
+if __name__ == "__main__":
+    main()
