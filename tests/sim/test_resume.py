@@ -249,14 +249,18 @@ def test_a_run_reports_its_own_peak_memory_not_the_processs(data_dir: Path, tmp_
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="this system has no /proc")
 def test_proc_status_reads_a_processs_memory_and_none_once_it_is_gone() -> None:
-    """benchmarks/resume_memory.py samples a child until it exits: a reaped child reads None."""
-    before = proc_status_kb("RssAnon")
-    held = torch.ones(2**26)  # 256 MiB, written, so resident
-    assert proc_status_kb("RssAnon") - before > 200 * 1024  # type: ignore[operator]
-    del held
-    assert proc_status_kb("NoSuchField") is None
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
+    """benchmarks/resume_memory.py samples a child until it exits: a reaped child reads None.
+    The child holds 256 MiB it wrote (so resident); this process's own heap may reuse freed
+    memory, so its growth says nothing."""
+    holding = "import time; held = b'x' * (1 << 28); print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert proc_status_kb("RssAnon", child.pid) > 200 * 1024  # type: ignore[operator]
+        assert proc_status_kb("NoSuchField", child.pid) is None
+    finally:
+        child.kill()
+        child.wait()
     assert proc_status_kb("RssAnon", child.pid) is None
 
 
