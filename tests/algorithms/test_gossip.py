@@ -93,6 +93,7 @@ def test_dsgd_on_a_complete_graph_is_centralized_sgd_on_the_average(tiny) -> Non
     assert not torch.allclose(expected, torch.cat([p.flatten() for p in tiny[0].parameters()]))
 
 
+@pytest.mark.slow  # many gossip rounds of two full methods (about 12 s)
 def test_choco_with_full_ratio_and_unit_gamma_is_dsgd(tiny) -> None:
     topology = make_topology("ring", 6)
     dsgd = make_gossip(tiny, topology)

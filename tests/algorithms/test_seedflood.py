@@ -122,6 +122,7 @@ class PerClientCopies:
                 self.held[client][message.key] = message
 
 
+@pytest.mark.slow  # three topologies, every client kept apart (about 15 s)
 @pytest.mark.parametrize("name", ["ring", "meshgrid", "random_regular"])
 def test_hops_equal_to_diameter_keep_every_client_bit_identical(tiny, name: str) -> None:
     topology = make_topology(name, 10, seed=3)
@@ -235,6 +236,7 @@ def test_batched_forwards_give_the_one_by_one_estimates(tiny) -> None:
         assert g_batched == pytest.approx(g_single, rel=1e-3, abs=1e-4)
 
 
+@pytest.mark.slow  # batched and per-client runs side by side (about 10 s)
 def test_batched_groups_walk_the_shared_weights_and_restore_them(tiny, monkeypatch) -> None:
     """With a small correction budget clients split into many groups; the shared weights walk
     between them, every estimate still matches the exact one-by-one path and the base comes back

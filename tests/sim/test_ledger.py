@@ -176,6 +176,7 @@ def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
     assert result.exit_code == 2 and "seed" in output and "less than 9223372036854775808" in output
 
 
+@pytest.mark.slow  # a run, then its resume from the ledger (about 5 s)
 def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thread) -> None:
     """Killed after round 7 with its checkpoint gone: the log and history.jsonl (evaluations
     every 3 rounds) bring it back to round 6 with no forward pass, and it ends as an

@@ -301,6 +301,7 @@ def test_compare_resumes_an_interrupted_run_from_its_checkpoint(
     assert results["state_hash"] == expected["state_hash"]
 
 
+@pytest.mark.slow  # two runs per gossip method (about 10 s)
 @pytest.mark.parametrize("method", ["choco", "dzsgd"])
 def test_evaluation_settings_leave_the_trained_state_untouched(
     data_dir: Path, tmp_path: Path, method: str
