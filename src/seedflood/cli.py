@@ -151,12 +151,24 @@ def peer(
         str,
         typer.Option(help="Where the model and forwards run: auto (a GPU if any), cpu, cuda[:N]"),
     ] = "auto",
+    allow: Annotated[
+        Path | None,
+        typer.Option(
+            help="File of the public keys that may hold a seat (one per line; each peer's is in "
+            "STATE_DIR/public.key). Without it the run is open to any key"
+        ),
+    ] = None,
     set_: SetOption = None,
 ) -> None:
     """One SeedFlood client in this process, training with the run's other peers."""
+    from seedflood.peers.membership import AllowlistError, read_allowlist
     from seedflood.peers.node import PeerError, PeerOptions, run_peer
 
     config = _config(config_file, set_)
+    try:
+        allowed = None if allow is None else read_allowlist(allow)
+    except AllowlistError as error:
+        raise _fail(error) from None
     options = PeerOptions(
         run_id=run_id,
         state_dir=state_dir or Path("peers") / run_id / "state",
@@ -167,6 +179,7 @@ def peer(
         pace=pace,
         evaluate=evaluate,
         device=device,
+        allowed=allowed,
     )
 
     def show(done: int, record: dict[str, Any]) -> None:

@@ -58,3 +58,59 @@ def test_bad_run_ids_and_ttls_are_refused() -> None:
         Membership(FakeDHT(), "a/b")
     with pytest.raises(ValueError, match="ttl must be positive"):
         Membership(FakeDHT(), "run", ttl=0)
+
+
+def test_a_node_without_the_key_cannot_rewrite_add_or_prolong_run_records() -> None:
+    """Honest DHT nodes run `OwnedRecords`; a rogue node runs none and stores what it likes."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from seedflood.peers.crypto import public_hex
+    from seedflood.peers.membership import owned_subkey
+    from seedflood.peers.records import OwnedRecords
+
+    keys = [Ed25519PrivateKey.generate() for _ in range(2)]
+    allowed = {public_hex(k) for k in keys}
+    first = hivemind.DHT(start=True, record_validators=[OwnedRecords("run", keys[0], allowed)])
+    second = hivemind.DHT(
+        initial_peers=first.get_visible_maddrs(),
+        start=True,
+        record_validators=[OwnedRecords("run", keys[1], allowed)],
+    )
+    rogue = hivemind.DHT(initial_peers=first.get_visible_maddrs(), start=True)
+    try:
+        views = [
+            Membership(dht, "run", ttl=30.0, key=public_hex(k))
+            for dht, k in zip([first, second], keys, strict=True)
+        ]
+        for view in views:
+            assert view.announce(index=views.index(view))
+        honest = [view.initial(2, timeout=20) for view in views]
+        assert honest[0] == honest[1] == [v.me.peer_id for v in views]
+        now = views[0]._now()
+        victim = views[1].me
+        # overwrite the victim's record, add a member "joined at 0", rewrite the initial list
+        rogue.store(
+            views[0].key, [now, 7, True, victim.key], now + 24 * 3600, subkey=views[1].subkey
+        )
+        stranger = public_hex(Ed25519PrivateKey.generate())
+        rogue.store(
+            views[0].key,
+            [0.0, -1, False, stranger],
+            now + 30,
+            subkey=owned_subkey("QmRogue", stranger),
+        )
+        rogue.store(views[0].key, [0.0, -1, False, ""], now + 30, subkey="QmBare")
+        rogue.store(views[0].initial_key, ["QmRogue"], now + 30, subkey="QmRogue")
+        rogue.store(views[0].initial_key, ["QmRogue"], now + 30)
+        for view in views:
+            members = view.members()
+            assert [(m.peer_id, m.index, m.done, m.key) for m in members] == [
+                (v.me.peer_id, i, False, v.me.key) for i, v in enumerate(views)
+            ]
+            assert view._published() == honest[0]
+            assert (
+                Membership(first, "run", key=public_hex(keys[0])).initial(5, timeout=1) == honest[0]
+            )
+    finally:
+        for dht in [first, second, rogue]:
+            dht.shutdown()

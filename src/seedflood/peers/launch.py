@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from seedflood.files import atomic_write_json, atomic_write_jsonl, read_jsonl
+from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from seedflood.peers.crypto import load_or_create_key, public_hex
 from seedflood.protocol.traffic import EdgeTraffic, edge_summary
 
 GRACE_SECONDS = 10.0
@@ -80,9 +81,12 @@ def peer_command(
     initial_peers: Sequence[str] = (),
     pace: float = 0.0,
     evaluate: bool = True,
+    allow: Path | None = None,
 ) -> list[str]:
     command = [sys.executable, "-m", "seedflood", "peer", str(config_file), "--run-id", run_id]
     command += ["--state-dir", str(directory / "state"), "--out", str(directory)]
+    if allow is not None:
+        command += ["--allow", str(allow)]
     for override in overrides:
         command += ["--set", override]
     for address in initial_peers:
@@ -92,6 +96,14 @@ def peer_command(
     if not evaluate:
         command.append("--no-evaluate")
     return command
+
+
+def write_allowlist(path: Path, state_dirs: Sequence[Path]) -> Path:
+    """The run's allowlist: the keys of the peers launched here (made now, or kept from a run
+    being restarted), so that no other key can take a seat."""
+    keys = [public_hex(load_or_create_key(state_dir)) for state_dir in state_dirs]
+    atomic_write_text(path, "".join(f"{key}  # peer {k}\n" for k, key in enumerate(keys)))
+    return path
 
 
 def peer_threads(peers: int) -> int:
@@ -240,6 +252,7 @@ def launch(
     if peers < 1:
         raise LaunchError(f"--peers must be at least 1; got {peers}")
     directories = [out_dir / "peers" / str(k) for k in range(peers)]
+    allow = write_allowlist(out_dir / "allowlist", [d / "state" for d in directories])
 
     def command(k: int, initial: Sequence[str]) -> list[str]:
         return peer_command(
@@ -250,6 +263,7 @@ def launch(
             initial_peers=initial,
             pace=pace,
             evaluate=k == 0,
+            allow=allow,
         )
 
     threads = peer_threads(peers)

@@ -15,15 +15,67 @@ one that has it.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from seedflood.peers.admission import ConfigRecordError, SharedConfig
+from seedflood.peers.crypto import parse_public
+
+_SUBKEY = re.compile(r"(?P<peer>[1-9A-HJ-NP-Za-km-z]{1,128})\[owner:(?P<key>[0-9a-f]{64})\]")
 
 
 class MembershipError(RuntimeError):
     """The membership did not reach the expected size in time."""
+
+
+class AllowlistError(ValueError):
+    """An allowlist file that is not one; the message names the file and the line."""
+
+
+def read_allowlist(path: Path) -> frozenset[str]:
+    """The public keys (hex) a run admits, one per line of ``path``; ``#`` starts a comment."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise AllowlistError(f"cannot read the allowlist {path}: {error}") from None
+    keys = set()
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if parse_public(text) is None:
+            raise AllowlistError(
+                f"{path}, line {number}: {text[:70]!r} is not an Ed25519 public key "
+                "(64 hex digits, as `seedflood peer` prints and writes to STATE_DIR/public.key)"
+            )
+        keys.add(text.lower())
+    if not keys:
+        raise AllowlistError(f"the allowlist {path} names no key")
+    return frozenset(keys)
+
+
+def owned_subkey(peer_id: str, key_hex: str) -> str:
+    return f"{peer_id}[owner:{key_hex}]"
+
+
+def split_subkey(subkey: object) -> tuple[str, str] | None:
+    """(peer id, owner key hex) of an owned subkey; None for anything else."""
+    if not isinstance(subkey, str):
+        return None
+    match = _SUBKEY.fullmatch(subkey)
+    return None if match is None else (match["peer"], match["key"])
+
+
+def _peer_of(subkey: object) -> tuple[str, str]:
+    """(peer id, key) a record's subkey names: an owned subkey's owner, or a bare peer id (a
+    record of a node without the validator, which honest peers' DHT nodes refuse to hold)."""
+    owned = split_subkey(subkey)
+    if owned is not None:
+        return owned
+    return (subkey, "") if isinstance(subkey, str) else ("", "")
 
 
 def check_run_id(run_id: str) -> None:
@@ -79,6 +131,7 @@ class Membership:
             key=key,
             config=config,
         )
+        self.subkey = owned_subkey(self.me.peer_id, key) if key else self.me.peer_id
         self.initial_ids: list[str] = []
 
     def announce(self, index: int = -1, done: bool = False) -> bool:
@@ -92,15 +145,37 @@ class Membership:
             self.key,
             record,
             expiration_time=self._now() + self.ttl,
-            subkey=self.me.peer_id,
+            subkey=self.subkey,
         )
         if stored and self.initial_ids:
             self._publish_initial()
         return bool(stored)
 
     def _publish_initial(self) -> None:
-        """Every peer that knows the initial list keeps it alive, as it does its own record."""
-        self.dht.store(self.initial_key, self.initial_ids, expiration_time=self._now() + self.ttl)
+        """Every peer that knows the initial list keeps it alive, as it does its own record, under
+        its own subkey: no node can rewrite another's copy."""
+        self.dht.store(
+            self.initial_key,
+            self.initial_ids,
+            expiration_time=self._now() + self.ttl,
+            subkey=self.subkey,
+        )
+
+    def _published(self) -> list[str] | None:
+        """The initial list most of its own members vouch for: a copy counts only when its
+        publisher is in it, so a stranger's list counts only as much as the strangers in it."""
+        found = self.dht.get(self.initial_key, latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return None
+        votes: dict[tuple[str, ...], int] = {}
+        for subkey, record in found.value.items():
+            publisher, _ = _peer_of(subkey)
+            ids = record.value
+            if isinstance(ids, list) and all(isinstance(p, str) for p in ids) and publisher in ids:
+                votes[tuple(ids)] = votes.get(tuple(ids), 0) + 1
+        if not votes:
+            return None
+        return list(max(votes, key=lambda ids: (votes[ids], ids)))
 
     def members(self) -> list[Member]:
         """The live members, in the order every peer agrees on; a record that no honest peer
@@ -109,16 +184,17 @@ class Membership:
         if found is None or not isinstance(found.value, dict):
             return []
         live = []
-        for peer_id, record in found.value.items():
+        for subkey, record in found.value.items():
+            peer_id, owner = _peer_of(subkey)
             value = record.value
             if (
-                isinstance(peer_id, str)
+                peer_id
                 and isinstance(value, list)
                 and len(value) in (3, 4, 5)
                 and isinstance(value[0], (int, float))
                 and isinstance(value[1], int)
             ):
-                key = value[3] if len(value) >= 4 and isinstance(value[3], str) else ""
+                key = owner or (value[3] if len(value) >= 4 and isinstance(value[3], str) else "")
                 try:
                     config = SharedConfig.read(value[4]) if len(value) == 5 else None
                 except ConfigRecordError:
@@ -133,9 +209,9 @@ class Membership:
         config is not the run's."""
         deadline = time.monotonic() + timeout
         while True:
-            found = self.dht.get(self.initial_key, latest=True)
-            if found is not None and isinstance(found.value, list):
-                self.initial_ids = [str(peer_id) for peer_id in found.value]
+            published = self._published()
+            if published is not None:
+                self.initial_ids = published
                 return self.initial_ids
             live = self.members()
             run = run_config(live)

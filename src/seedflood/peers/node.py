@@ -134,9 +134,15 @@ class Node:
         except BlockingIOError:
             raise PeerError(f"another peer is running on state dir {options.state_dir}") from None
         signing_key = load_or_create_key(options.state_dir)
+        atomic_write_text(options.state_dir / "public.key", public_hex(signing_key) + "\n")
+        if options.allowed is not None and public_hex(signing_key) not in options.allowed:
+            raise PeerError(
+                f"this peer's key {public_hex(signing_key)} (in {options.state_dir}/public.key) "
+                "is not in the allowlist given with --allow"
+            )
         torch.manual_seed(self.config.seed)
         self.parts = build_parts(self.config, self.device)
-        self.dht = start_dht(options, self.say)
+        self.dht = start_dht(options, self.say, signing_key)
         addresses = [str(a) for a in self.dht.get_visible_maddrs()]
         atomic_write_text(options.state_dir / "address", "\n".join(addresses) + "\n")
         self.say(f"peer {self.dht.peer_id.to_base58()} listening on {' '.join(addresses)}")

@@ -37,3 +37,6 @@ class PeerOptions:
     # Where the model lives and the forwards run, like the simulator's $SEEDFLOOD_DEVICE: an
     # execution setting, not the run's ('auto': a GPU where torch sees one, else the CPU).
     device: str = "auto"
+    # The public keys (hex) that may hold a seat in the run; None: any key (an open run, for a
+    # network whose members trust each other; docs/peers.md, "Trust model").
+    allowed: frozenset[str] | None = None

@@ -22,6 +22,8 @@ from seedflood.peers.state import Members, Seat
 from seedflood.topology import TopologyError, make_topology
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from seedflood.config import RunConfig
     from seedflood.peers.inbox import Door
     from seedflood.peers.p2p import Link
@@ -30,11 +32,18 @@ if TYPE_CHECKING:
 __all__ = ["Seating", "start_dht"]
 
 
-def start_dht(options: PeerOptions, say: Say, attempts: int = 4) -> Any:
+def start_dht(
+    options: PeerOptions, say: Say, signing_key: Ed25519PrivateKey, attempts: int = 4
+) -> Any:
     """hivemind's daemon gives up when a bootstrap peer does not answer at once, as happens
-    on a loaded machine or a slow link: try again a few times before giving up."""
+    on a loaded machine or a slow link: try again a few times before giving up. The DHT node
+    signs this peer's run records and refuses invalid ones (`seedflood.peers.records`)."""
     import hivemind
     from hivemind.p2p import P2PDaemonError
+
+    from seedflood.peers.records import OwnedRecords
+
+    validator = OwnedRecords(options.run_id, signing_key, options.allowed)
 
     attempt = 1
     while True:
@@ -44,6 +53,7 @@ def start_dht(options: PeerOptions, say: Say, attempts: int = 4) -> Any:
                 host_maddrs=[f"/ip4/{options.host}/tcp/{options.port}"],
                 identity_path=str(options.state_dir / "identity.key"),
                 check_if_identity_free=False,
+                record_validators=[validator],
                 start=True,
             )
         except P2PDaemonError as error:
