@@ -20,7 +20,6 @@ mismatch with this peer's hash at the same step is a divergence too.
 from __future__ import annotations
 
 import bisect
-import io
 import json
 import operator
 from collections.abc import Callable, Sequence
@@ -29,14 +28,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from seedflood.algorithms.common import sample_batch
-from seedflood.files import atomic_write_bytes, atomic_write_json
+from seedflood.files import atomic_write_json
 from seedflood.learning.models import state_hash
 from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, loss_and_correct
+from seedflood.peers.snapshot import restore_snapshot, save_snapshot
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard, Tripped
 from seedflood.protocol.ledger import LOG, apply_log
@@ -51,11 +50,8 @@ ADMISSION_DELAY_ROUNDS = 2
 HASHES_KEPT = 64
 
 
-def save_snapshot(path: Path, matrices: Sequence[torch.Tensor], logged: int) -> None:
-    """The trained matrices after the first ``logged`` log messages, written atomically."""
-    buffer = io.BytesIO()
-    torch.save({"logged": logged, "matrices": [m.clone() for m in matrices]}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+class NotAllowed(PermissionError):
+    """A peer whose key the run's allowlist does not name asked for a seat."""
 
 
 class DivergenceError(RuntimeError):
@@ -140,8 +136,10 @@ class PeerState:
         on_divergence: Callable[[str], None] | None = None,
         clip: ScalarClip | None = None,
         guard: DivergenceGuard | None = None,
+        allowed: frozenset[str] | None = None,
     ) -> None:
         self.me, self.clients = me, clients
+        self.allowed = allowed
         self.model, self.direction = model, direction
         self.shard, self.pad_id = shard, pad_id
         self.lr, self.eps, self.batch_size = as_rate(lr), as_rate(eps), batch_size
@@ -161,6 +159,7 @@ class PeerState:
         self.claims: dict[int, dict[int, str]] = {}
         self.divergences: list[str] = []
         self.saturated = 0
+        self.refused_admissions = 0
         self.committed: list[Message] = []
         self.committed_step = -1
         self.clip = clip
@@ -182,14 +181,10 @@ class PeerState:
 
     def _restore(self) -> int:
         """Rebuild the committed model: the latest snapshot, then the log after it (the log alone
-        is the model; snapshots bound the replay). Returns how many messages were replayed."""
-        start = 0
-        if self.snapshot_path.is_file():
-            snapshot = torch.load(self.snapshot_path)
-            for matrix, saved in zip(self.direction.matrices, snapshot["matrices"], strict=True):
-                matrix.copy_(saved)
-            start = snapshot["logged"]
+        is the model; snapshots bound the replay, and one the log does not reach is set aside, so
+        no step is applied twice). Returns how many messages were replayed."""
         self.committed = self.log.messages(0)
+        start = restore_snapshot(self.snapshot_path, self.direction.matrices, len(self.committed))
         apply_log(
             self.direction,
             self.committed,
@@ -264,7 +259,10 @@ class PeerState:
     def admit(self, peer_id: str, key: str = "") -> int:
         """Sponsor a joiner: its admission (with its public key, so the sponsor's signature
         vouches for it) rides on this client's next message, and it takes part from two rounds
-        after that message's round. Returns its client index."""
+        after that message's round. Returns its client index; a key the run's allowlist does
+        not name is refused (NotAllowed), as every other member would refuse its admission."""
+        if self.allowed is not None and key not in self.allowed:
+            raise NotAllowed(f"key {key[:16]}… is not in the run's allowlist")
         for index, seat in self.members.seats.items():
             if seat.peer_id == peer_id and seat.gone_from is None:
                 return index
@@ -311,6 +309,11 @@ class PeerState:
     def _take(self, carrier: Message, control: Control) -> None:
         self.carried.setdefault(carrier.key, []).append(control)
         if control["kind"] == "admit":
+            if self.allowed is not None and control.get("key") not in self.allowed:
+                # a member sponsored a key the run does not admit: every honest peer leaves
+                # the seat empty alike, and the stranger's batches are refused as not_member
+                self.refused_admissions += 1
+                return
             self.learn(Members({control["index"]: admitted(control)}))
         elif control["kind"] == "hash":
             self.claims.setdefault(control["step"], {})[carrier.origin] = control["hash"]

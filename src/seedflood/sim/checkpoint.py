@@ -5,26 +5,26 @@ A checkpoint is written at every evaluation and holds the loop's own progress (r
 seconds, zero-shot accuracy), the model's parameters and buffers, the global random generators,
 and every attribute of the algorithm object. The algorithm is saved generically, so state that a
 method gains later (a lossy link's generator, a clip window, repair counters) is covered without
-touching this file: its attributes are pickled whole, except objects a fresh build recreates
-identically from the config and that are large or unpicklable — the model and its modules,
-parameters and buffers, the direction (pure caches over the model), the data shards. Those are
-pickled as references and resolved, on resume, against a freshly built algorithm, so whatever
-points at them (a list of parameters, a helper holding the model) points at the fresh ones. The
-topology is small and pickled like any value: a partition may swap it for a cut graph mid-run.
-Tensors are stored beside the pickle in one ``torch.save``, which keeps tensors that share memory
-sharing it.
+touching this file: its attributes are written whole as plain data (`seedflood.sim.plain_state`),
+except objects a fresh build recreates identically from the config and that are large or
+unpicklable — the model and its modules, parameters and buffers, the direction (pure caches over
+the model), the data shards. Those are written as references and resolved, on resume, against a
+freshly built algorithm, so whatever points at them (a list of parameters, a helper holding the
+model) points at the fresh ones. The topology is small and written like any value: a partition
+may swap it for a cut graph mid-run. Tensors are stored beside the tree in one file, which keeps
+tensors that share memory sharing it.
 
 Rule for new algorithm state: anything that must alias the model (a view of a parameter's data)
-has to be reachable through one of those rebuilt objects; everything else may be any picklable
-value. Checkpoints are local files of this run, read with full unpickling: never resume from a
-checkpoint someone else handed you.
+has to be reachable through one of those rebuilt objects; everything else must be plain data,
+tensors, numpy arrays, random generators or objects of seedflood's own classes. The file is
+sealed (`seedflood.learning.sealed`): loaded with ``weights_only=True``, so a checkpoint
+someone handed you runs no code, and checked against its SHA-256, so a damaged one is refused
+(and the run resumes from its ledger where it can) instead of resuming on another model.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,12 +37,14 @@ from torch import nn
 from seedflood import __version__
 from seedflood.algorithms.common import Algorithm
 from seedflood.config import ConfigError, RunConfig
-from seedflood.files import atomic_write
 from seedflood.learning.scoring import TokenizedExample
+from seedflood.learning.sealed import DamagedFileError, SealedFileError, load_sealed, save_sealed
+from seedflood.sim.plain_state import Decoder, Encoder, PlainStateError, Token
 from seedflood.zo import DenseDirection, SubCGEDirection
 
 CHECKPOINT_NAME = "checkpoint.pt"
-FORMAT = 1
+FORMAT = 2
+FIELDS = {"version", "config", "progress", "model", "algorithm", "rng", "tensors", "rebuilt"}
 
 REBUILT_TYPES = (
     nn.Module,
@@ -59,11 +61,14 @@ KILL_POINTS = ("round", "history", "checkpoint")
 """Where a test can kill a run after its round: before anything is written, between the history
 file and the checkpoint, or after both."""
 
-Token = tuple[str, str]
-
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from: unreadable, or written by other code."""
+
+
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint whose bytes changed after it was written (or that was cut short): the run's
+    ledger, where it has one, still holds the run."""
 
 
 @dataclass
@@ -85,7 +90,7 @@ def _rebuilt(value: Any) -> bool:
 
 def _references(algorithm: Algorithm) -> dict[int, tuple[Token, Any]]:
     """id → (token, object) of everything a fresh build recreates; the objects are kept so their
-    ids stay valid while the pickler runs."""
+    ids stay valid while the encoder runs."""
     found: dict[int, tuple[Token, Any]] = {}
 
     def add(kind: str, name: str, value: Any) -> None:
@@ -104,54 +109,12 @@ def _references(algorithm: Algorithm) -> dict[int, tuple[Token, Any]]:
     return found
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, references: dict[int, tuple[Token, Any]]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.references = references
-        self.tensors: list[torch.Tensor] = []
-        self.tensor_index: dict[int, int] = {}
-
-    def persistent_id(self, obj: Any) -> tuple[str, Any] | None:
-        if id(obj) in self.references:
-            return self.references[id(obj)][0]
-        if isinstance(obj, torch.Tensor):
-            index = self.tensor_index.setdefault(id(obj), len(self.tensors))
-            if index == len(self.tensors):
-                self.tensors.append(obj)
-            return ("tensor", index)
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(
-        self, file: io.BytesIO, references: dict[Token, Any], tensors: list[torch.Tensor]
-    ) -> None:
-        super().__init__(file)
-        self.references = references
-        self.tensors = tensors
-
-    def persistent_load(self, pid: Any) -> Any:
-        kind, key = pid
-        if kind == "tensor":
-            return self.tensors[key]
-        if pid not in self.references:
-            raise CheckpointError(
-                f"the checkpoint refers to {kind} {key!r}, which this build does not have: it was "
-                "written by other code"
-            )
-        return self.references[pid]
-
-
-def _algorithm_state(algorithm: Algorithm) -> tuple[bytes, list[torch.Tensor], list[str]]:
-    references = _references(algorithm)
-    rebuilt = {token for token, _ in references.values() if token[0] == "attribute"}
+def _algorithm_state(algorithm: Algorithm, encoder: Encoder) -> tuple[Any, list[str]]:
+    rebuilt = {token for token, _ in encoder.references.values() if token[0] == "attribute"}
     saved = {
         key: value for key, value in vars(algorithm).items() if ("attribute", key) not in rebuilt
     }
-    buffer = io.BytesIO()
-    pickler = _Pickler(buffer, references)
-    pickler.dump(saved)
-    return buffer.getvalue(), pickler.tensors, sorted(key for _, key in rebuilt)
+    return encoder.encode(saved, "algorithm"), sorted(key for _, key in rebuilt)
 
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -166,23 +129,25 @@ def save_checkpoint(
     path: str | os.PathLike, config: RunConfig, progress: Progress, algorithm: Algorithm
 ) -> None:
     """Write atomically: a kill during the write leaves the previous checkpoint in place."""
-    pickled, tensors, rebuilt = _algorithm_state(algorithm)
+    encoder = Encoder(_references(algorithm))
+    encoded, rebuilt = _algorithm_state(algorithm, encoder)
+    rng = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
     state = {
         "format": FORMAT,
         "version": __version__,
         "config": config.model_dump(mode="json"),
         "progress": asdict(progress),
         "model": _model_state(algorithm.model),
-        "algorithm": pickled,
-        "tensors": tensors,
+        "algorithm": encoded,
+        "rng": encoder.encode(rng, "rng"),
+        "tensors": encoder.tensors,
         "rebuilt": rebuilt,
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-        },
     }
-    atomic_write(path, lambda file: torch.save(state, file))
+    save_sealed(path, state)
 
 
 def config_differences(stored: dict[str, Any], config: RunConfig) -> list[str]:
@@ -201,20 +166,45 @@ def config_differences(stored: dict[str, Any], config: RunConfig) -> list[str]:
     ]
 
 
+def _read(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint's content, checked against its checksum; nothing in it runs code."""
+    try:
+        state = load_sealed(path, mmap=True)
+    except DamagedFileError as error:
+        raise CheckpointDamaged(
+            f"checkpoint {error}; delete it to resume from the run's ledger, or run without "
+            "--resume"
+        ) from None
+    except SealedFileError as error:
+        raise CheckpointError(
+            f"checkpoint {error}: refusing to resume from it (checkpoints before format "
+            f"{FORMAT} were pickles); delete it, or run without --resume"
+        ) from None
+    except OSError as error:
+        raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
+    if state.get("format") != FORMAT or not state.keys() >= FIELDS:
+        raise CheckpointError(f"{path} is not a format-{FORMAT} seedflood checkpoint")
+    return state
+
+
+def _check_model(path: str | os.PathLike, state: dict[str, Any], model: nn.Module) -> None:
+    fresh = {name: tensor.shape for name, tensor in _model_state(model).items()}
+    saved = {name: tensor.shape for name, tensor in state["model"].items()}
+    if fresh != saved:
+        raise CheckpointError(f"checkpoint {path} holds another model's parameters")
+
+
 def load_checkpoint(path: str | os.PathLike, config: RunConfig, algorithm: Algorithm) -> Progress:
     """Put ``algorithm`` (freshly built from ``config``) and the global generators back where the
-    checkpoint left them; the progress says where the loop goes on.
+    checkpoint left them; the progress says where the loop goes on. Every check runs before
+    ``algorithm`` is touched, so after a refusal it is still the fresh build (a damaged
+    checkpoint can then be passed over for the ledger).
 
     The file is read through a memory map and the saved state copied into the fresh build's
     tensors where it can (``_into_memory``): resuming then peaks at one copy of the state, not
     two. A 16-client full-parameter gossip run holds 8.6 GB of models, and reading the file whole
     beside the fresh build needed twice that (ChocoSGD, with 17 GB, would need about 34 GB)."""
-    try:
-        state = torch.load(path, weights_only=False, mmap=True)
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as error:
-        raise CheckpointError(f"cannot read checkpoint {path}: {error}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a format-{FORMAT} seedflood checkpoint")
+    state = _read(path)
     differences = config_differences(state["config"], config)
     if differences:
         raise ConfigError(
@@ -229,20 +219,24 @@ def load_checkpoint(path: str | os.PathLike, config: RunConfig, algorithm: Algor
             f"checkpoint {path} rebuilds attributes {state['rebuilt']}, this code {rebuilt}: it "
             f"was written by other code (version {state['version']}, now {__version__})"
         )
-    model_state = _model_state(algorithm.model)
-    if sorted(model_state) != sorted(state["model"]):
-        raise CheckpointError(f"checkpoint {path} holds another model's parameters")
-    with torch.no_grad():
-        for name, tensor in model_state.items():
-            tensor.copy_(state["model"][name])
+    _check_model(path, state, algorithm.model)
     # A sparse tensor (a mixing matrix) cannot be moved off the map in place: it is copied whole.
     tensors = [t if t.layout == torch.strided else t.clone() for t in state["tensors"]]
-    saved = _Unpickler(io.BytesIO(state["algorithm"]), references, tensors).load()
+    decoder = Decoder(references, tensors)
+    try:
+        saved, rng = decoder.decode(state["algorithm"]), decoder.decode(state["rng"])
+    except (PlainStateError, KeyError, TypeError, ValueError, AttributeError, ImportError) as error:
+        raise CheckpointError(
+            f"checkpoint {path} holds algorithm state this code cannot rebuild: {error}"
+        ) from None
+    with torch.no_grad():
+        for name, tensor in _model_state(algorithm.model).items():
+            tensor.copy_(state["model"][name])
     _into_memory(tensors, saved, vars(algorithm))
     vars(algorithm).update(saved)
-    torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(state["rng"]["numpy"])
-    random.setstate(state["rng"]["python"])
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
     return Progress(**state["progress"])
 
 

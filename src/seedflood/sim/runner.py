@@ -33,6 +33,7 @@ from seedflood.learning.tasks import TaskSpec
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.checkpoint import (
+    CheckpointDamaged,
     Progress,
     checkpoint_path,
     kill_point,
@@ -206,13 +207,18 @@ def _fresh_or_resumed(
     place), or else the last evaluation the ledger and history reach (rounds replayed into the
     algorithm); otherwise round 0. The untrained model is scored first either way (once per
     machine for each starting model and test set: see accuracy_cache)."""
+    damaged: CheckpointDamaged | None = None
     if resume and saved_at.is_file():
-        state = load_checkpoint(saved_at, exp.config, exp.algorithm)
-        report(
-            state.round,
-            {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
-        )
-        return state
+        try:
+            state = load_checkpoint(saved_at, exp.config, exp.algorithm)
+        except CheckpointDamaged as error:
+            damaged = error  # the algorithm is untouched: the ledger may still resume it
+        else:
+            report(
+                state.round,
+                {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
+            )
+            return state
     with exp.algorithm.global_view():
         zero_shot = cached_accuracy(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
@@ -222,9 +228,12 @@ def _fresh_or_resumed(
         if resume and isinstance(exp.algorithm, SeedFlood)
         else []
     )
+    if damaged is not None and not history:
+        raise damaged
     if history:
         done = history[-1]["round"]
-        report(done, {"event": "note", "text": f"resumed from the ledger at round {done}"})
+        text = f"resumed from the ledger at round {done}"
+        report(done, {"event": "note", "text": f"{damaged}; {text}" if damaged else text})
         last = history[-1]
         return Progress(done, history, last["train_seconds"], last["wall_seconds"], zero_shot)
     if resume:
