@@ -19,9 +19,9 @@ from seedflood.peers.admission import (
     digest_of,
 )
 from seedflood.peers.batch_exchange import Exchange
-from seedflood.peers.crypto import public_hex
+from seedflood.peers.crypto import Context, join_proof, public_hex
 from seedflood.peers.p2p import Frame, TransportError
-from seedflood.peers.state import Members, Seat
+from seedflood.peers.state import Members, NotAllowed, Seat
 from seedflood.protocol.ledger import UPDATE_KEYS
 from seedflood.ui import USER_ERRORS
 
@@ -108,13 +108,17 @@ def test_a_malformed_or_oversized_record_is_refused_by_name(bad: Any, named: str
 
 
 class Sponsor:
-    """A member's state as a join sees it: it admits whoever it is asked to, from step 4."""
+    """A member's state as a join sees it: it admits whoever it is asked to (or, given an
+    allowlist, whoever that names), from step 4."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: frozenset[str] | None = None) -> None:
         self.members = Members.initial(["peer-0", "peer-1"])
         self.admitted: list[str] = []
+        self.allowed = allowed
 
     def admit(self, peer_id: str, key: str = "") -> int:
+        if self.allowed is not None and key not in self.allowed:
+            raise NotAllowed(f"key {key[:16]}… is not in the run's allowlist")
         self.admitted.append(peer_id)
         index = self.members.next_index()
         self.members.seats[index] = Seat(peer_id, 4, key=key)
@@ -130,14 +134,20 @@ def sponsor_exchange(state: Sponsor) -> Exchange:
         state=state,  # type: ignore[arg-type]
         door=None,  # type: ignore[arg-type]
         store=None,  # type: ignore[arg-type]
-        context=None,  # type: ignore[arg-type]
+        context=Context.of("run", ["peer-0", "peer-1"]),
         signing_key=None,  # type: ignore[arg-type]
+        quorum=None,  # type: ignore[arg-type]
     )
 
 
-def join_request(config: Any) -> bytes:
-    key = public_hex(Ed25519PrivateKey.generate())
-    return Frame({"peer": "peer-new", "key": key, "config": config}).encode()
+def join_request(
+    config: Any, key: Ed25519PrivateKey | None = None, proof_for: str = "peer-new"
+) -> bytes:
+    key = key or Ed25519PrivateKey.generate()
+    proof = join_proof(key, "run", proof_for)
+    return Frame(
+        {"peer": "peer-new", "key": public_hex(key), "proof": proof, "config": config}
+    ).encode()
 
 
 def test_a_sponsor_refuses_a_joiner_with_another_config_before_admitting_it() -> None:
@@ -153,3 +163,24 @@ def test_a_sponsor_refuses_a_joiner_with_another_config_before_admitting_it() ->
     reply = Frame.decode(exchange.on_join("peer-new", join_request(shared().to_record())))
     assert (reply.header["index"], reply.header["first_step"]) == (2, 4)
     assert state.admitted == ["peer-new"] and sorted(reply.header["members"]) == ["0", "1", "2"]
+
+
+def test_a_joiner_must_prove_its_key_and_be_on_the_allowlist() -> None:
+    allowed_key = Ed25519PrivateKey.generate()
+    state = Sponsor(allowed=frozenset({public_hex(allowed_key)}))
+    exchange = sponsor_exchange(state)
+    config = shared().to_record()
+    # a proof made for another peer id, or none, does not seat anyone under that key
+    for request in (
+        join_request(config, allowed_key, proof_for="peer-other"),
+        Frame({"peer": "peer-new", "key": public_hex(allowed_key), "config": config}).encode(),
+    ):
+        with pytest.raises(TransportError, match="without proof that it holds its key"):
+            exchange.on_join("peer-new", request)
+    reply = Frame.decode(exchange.on_join("peer-new", join_request(config)))
+    assert reply.header == {
+        "refused": f"key {reply.header['refused'][4:20]}… is not in the run's allowlist"
+    }
+    assert state.admitted == []
+    reply = Frame.decode(exchange.on_join("peer-new", join_request(config, allowed_key)))
+    assert reply.header["index"] == 2 and state.admitted == ["peer-new"]

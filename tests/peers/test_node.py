@@ -145,7 +145,7 @@ class PacedPeers:
     def dir(self, k: int) -> Path:
         return self.root / "peers" / str(k)
 
-    def start(self, k: int) -> None:
+    def start(self, k: int, environment: dict[str, str] | None = None) -> None:
         command = peer_command(
             self.config_file,
             run_id=self.run_id,
@@ -154,7 +154,7 @@ class PacedPeers:
             pace=0.25,
             evaluate=False,
         )
-        self.processes[k] = start_peer(command, self.dir(k))
+        self.processes[k] = start_peer(command, self.dir(k), environment=environment)
         if self.address is None:
             self.address = wait_for_address(self.dir(k), self.processes[k], timeout=120)
 

@@ -22,6 +22,7 @@ from seedflood.peers.crypto import Context, SignedBatch, public_hex
 from seedflood.peers.inbox import BatchStore, Door, batch_body, batch_header
 from seedflood.peers.node import Node, PeerOptions, peer_state
 from seedflood.peers.p2p import Frame
+from seedflood.peers.quorum import Quorum
 from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
 from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.runner import build
@@ -305,12 +306,31 @@ class Wiring:
         self.neighbors = {i: p for i, p in self.neighbors.items() if p not in self.door.banned}
 
 
+def quorum_of(
+    cond: threading.Condition,
+    state: PeerState,
+    door: Door,
+    context: Context,
+    key: Ed25519PrivateKey,
+) -> Quorum:
+    """A peer's part in removals, on its own table and door; every member counts as live."""
+    return Quorum(
+        cond=cond,
+        state=state,
+        door=door,
+        context=context,
+        signing_key=key,
+        say=lambda text: None,
+        live_ids=lambda: {seat.peer_id for seat in state.members.seats.values()},
+    )
+
+
 def host(state: PeerState, key: Ed25519PrivateKey, context: Context, root: Path) -> Exchange:
     """The flooding part of a peer process around one `PeerState`, without a network."""
-    door = Door(context, state.local_steps)
+    door, cond = Door(context, state.local_steps), threading.Condition()
     return Exchange(
         config=load_config(None, ["scalar_format=fp32"]),
-        cond=threading.Condition(),
+        cond=cond,
         link=FakeLink(),  # type: ignore[arg-type]
         wiring=Wiring(door),
         state=state,
@@ -318,6 +338,7 @@ def host(state: PeerState, key: Ed25519PrivateKey, context: Context, root: Path)
         store=BatchStore(root / "batches.jsonl"),
         context=context,
         signing_key=key,
+        quorum=quorum_of(cond, state, door, context, key),
     )
 
 

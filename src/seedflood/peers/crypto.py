@@ -82,6 +82,30 @@ def parse_public(text: str) -> Ed25519PublicKey | None:
     return Ed25519PublicKey.from_public_bytes(raw) if len(raw) == KEY_BYTES else None
 
 
+_JOIN_DOMAIN = b"seedflood/join/1\0"
+
+
+def _join_bytes(run_id: str, peer_id: str, key_hex: str) -> bytes:
+    return _JOIN_DOMAIN + "\0".join((run_id, peer_id, key_hex)).encode()
+
+
+def join_proof(key: Ed25519PrivateKey, run_id: str, peer_id: str) -> str:
+    """A joiner's signature over the run, its peer id and its key: a seat is given only to a
+    peer that holds the key it names, so no one can take a seat under someone else's key."""
+    return base64.b64encode(key.sign(_join_bytes(run_id, peer_id, public_hex(key)))).decode()
+
+
+def verify_join(key_hex: str, run_id: str, peer_id: str, proof: object) -> bool:
+    public = parse_public(key_hex)
+    if public is None or not isinstance(proof, str) or len(proof) > 2 * SIGNATURE_BYTES:
+        return False
+    try:
+        public.verify(base64.b64decode(proof, validate=True), _join_bytes(run_id, peer_id, key_hex))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Context:
     """The run a signature belongs to."""

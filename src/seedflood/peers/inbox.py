@@ -17,6 +17,16 @@ Verdicts, per (origin, round) batch, in this order:
 Honest peers verify before they forward, so whoever delivers a rejected batch is the offender
 and is banned: its frames are dropped and nothing is pushed to it. Equivocation is the one
 exception: an honest forwarder may hold the origin's other version, so the origin is banned.
+
+Before any of these, a batch must lie in the step window (`window_end`): no honest peer is ever
+more than ``2 · staleness + 1`` rounds ahead of another member's next round, so a batch further
+ahead is refused as ``beyond_window`` before its signature is checked, and is never held,
+stored or forwarded. Its deliverer is not banned: an honest forwarder's window starts where its
+own commits are, so a bad origin's batch may pass its window and not this one.
+
+Checking is split so that the node's lock is held only to record a verdict: `Door.check` (the
+signature, the costly part) runs outside it, on the member table as it stands; `Door.judge`
+under the lock reuses that check when the origin's key is still the one it was made with.
 """
 
 from __future__ import annotations
@@ -24,7 +34,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -41,6 +53,19 @@ from seedflood.peers.state import Members
 from seedflood.protocol.messages import decode_packet, encode_packet
 
 WAITING_KEPT = 256
+WINDOW_SPARE_ROUNDS = 2
+"""Rounds of slack on top of the farthest an honest batch can be ahead (``2 · staleness + 1``)."""
+BATCH_WIRE_BYTES = 4096
+"""Frame bytes one batch may take beside its scalars: its signature entry (about 100 bytes) and
+the admissions and hash claims its messages carry (about 250 and 110 bytes each), generously."""
+MESSAGE_WIRE_BYTES = 16
+"""Codec bytes one message may take: a 4-byte scalar and, at worst, its own group's varints."""
+SEAT_WIRE_BYTES = 512
+"""Bytes of a seat in a members table (peer id, first step, departure, key), generously."""
+SEAT_SLACK = 64
+"""Seats a peer may not know of yet (admissions on their way) when sizing what others send."""
+FRAME_SLACK = 64 << 10
+"""Header bytes of a frame besides its batches (run context, departures), generously."""
 
 
 class Verdict(StrEnum):
@@ -52,9 +77,48 @@ class Verdict(StrEnum):
     NOT_MEMBER = "not_member"
     FORGED = "forged"
     EQUIVOCATION = "equivocation"
+    BEYOND_WINDOW = "beyond_window"
 
 
 REJECTIONS = (Verdict.REPLAYED, Verdict.NOT_MEMBER, Verdict.FORGED, Verdict.EQUIVOCATION)
+
+
+def window_rounds(staleness: int) -> int:
+    """Rounds past a peer's next round whose batches it takes. Round r starts once every step of
+    rounds before r - s is committed, and those steps hold every member's message, so when
+    anyone makes round r every member has begun round r - s - 1 and committed up to it: an
+    honest batch is at most 2s + 1 rounds past any member's next round."""
+    return 2 * staleness + 1 + WINDOW_SPARE_ROUNDS
+
+
+def window_end(committed_step: int, first_step: int, local_steps: int, staleness: int) -> int:
+    """The last round a peer takes batches of. It counts from its committed step, or, for a
+    joiner still replaying the log, from its first step, which the others wait for."""
+    next_step = max(committed_step, first_step - 1) + 1
+    return next_step // local_steps + window_rounds(staleness)
+
+
+def batch_limit(seats: int, staleness: int) -> int:
+    """The most batches an honest frame holds: every member's rounds within a window, and the
+    batches that waited for their origin's admission."""
+    return (seats + SEAT_SLACK) * (window_rounds(staleness) + 1) + WAITING_KEPT
+
+
+def frame_cap(seats: int, staleness: int, local_steps: int) -> int:
+    """The largest flood or sync frame an honest member sends in a run of ``seats`` members:
+    a window of batches and a members table."""
+    batch = BATCH_WIRE_BYTES + MESSAGE_WIRE_BYTES * local_steps
+    table = (seats + SEAT_SLACK) * SEAT_WIRE_BYTES
+    return FRAME_SLACK + table + batch_limit(seats, staleness) * batch
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A batch's signature, checked outside the node's lock under its origin's key as the member
+    table had it then ("" when none was known)."""
+
+    key: str
+    valid: bool
 
 
 class Door:
@@ -65,9 +129,33 @@ class Door:
     ) -> None:
         self.context, self.local_steps, self.say = context, local_steps, say
         self.batches: dict[tuple[int, int], SignedBatch] = {}
+        # Counts and bans also come from the link's threads, which never take the node's lock.
+        self._lock = threading.Lock()
         self.rejected: dict[str, int] = {str(v): 0 for v in REJECTIONS}
         self.banned: dict[str, str] = {}
         self.waiting: list[tuple[str, Context, SignedBatch]] = []
+
+    def check(self, stated: Context, batch: SignedBatch, members: Members) -> Checked:
+        """The signature check, the costly part of a verdict; safe without the node's lock
+        (a seat, once known, keeps its first step, and its key only goes from none to one)."""
+        seat = members.seats.get(batch.origin)
+        key = seat.key if seat is not None else ""
+        public = parse_public(key)
+        return Checked(key, public is not None and batch.verifies(public, stated))
+
+    def screen(
+        self, deliverer: str, stated: Context, batch: SignedBatch, members: Members
+    ) -> Checked | None:
+        """`check`, and the refusals that follow from the seat and the signature alone (not a
+        member from its first step, replayed, forged), counted and the deliverer banned at once,
+        so that checking a frame stops at its first offence; None when refused."""
+        checked = self.check(stated, batch, members)
+        verdict = self._signed_verdict(stated, batch, members, checked)
+        if verdict is None:
+            return checked
+        reason = f"{verdict} batch of client {batch.origin}, round {batch.round}"
+        self.refuse(deliverer, str(verdict), reason)
+        return None
 
     def judge(
         self,
@@ -76,34 +164,36 @@ class Door:
         batch: SignedBatch,
         members: Members,
         committed_step: int,
+        checked: Checked | None = None,
     ) -> Verdict:
-        verdict = self._verdict(stated, batch, members, committed_step)
+        verdict = self._verdict(stated, batch, members, committed_step, checked)
         if verdict is Verdict.WAITING:
             self.waiting = [*self.waiting[-WAITING_KEPT + 1 :], (deliverer, stated, batch)]
         elif verdict is Verdict.ACCEPTED:
             self.batches[(batch.origin, batch.round)] = batch
         elif verdict in REJECTIONS:
-            self.rejected[str(verdict)] += 1
             offender = deliverer
             if verdict is Verdict.EQUIVOCATION:
                 offender = members.seats[batch.origin].peer_id
-            self.ban(offender, f"{verdict} batch of client {batch.origin}, round {batch.round}")
+            reason = f"{verdict} batch of client {batch.origin}, round {batch.round}"
+            self.refuse(offender, str(verdict), reason)
         return verdict
 
     def _verdict(
-        self, stated: Context, batch: SignedBatch, members: Members, committed_step: int
+        self,
+        stated: Context,
+        batch: SignedBatch,
+        members: Members,
+        committed_step: int,
+        checked: Checked | None,
     ) -> Verdict:
         seat = members.seats.get(batch.origin)
-        public = parse_public(seat.key) if seat is not None else None
         first = batch.messages[0].step if batch.messages else -1
-        if seat is None or public is None:
+        if seat is None or parse_public(seat.key) is None:
             return Verdict.NOT_MEMBER if first <= committed_step else Verdict.WAITING
-        if first < seat.first_step:
-            return Verdict.NOT_MEMBER
-        if stated != self.context:
-            return Verdict.REPLAYED if batch.verifies(public, stated) else Verdict.FORGED
-        if not batch.verifies(public, self.context):
-            return Verdict.FORGED
+        signed = self._signed_verdict(stated, batch, members, checked)
+        if signed is not None:
+            return signed
         if seat.gone_from is not None and first >= seat.gone_from:
             return Verdict.IGNORED
         held = self.batches.get((batch.origin, batch.round))
@@ -111,11 +201,42 @@ class Door:
             return Verdict.ACCEPTED
         return Verdict.DUPLICATE if held.same_content(batch) else Verdict.EQUIVOCATION
 
+    def _signed_verdict(
+        self, stated: Context, batch: SignedBatch, members: Members, checked: Checked | None
+    ) -> Verdict | None:
+        """The verdicts that follow from the seat and the signature alone; None when the batch
+        is signed for this run by a member of its steps (or its origin's key is not known)."""
+        seat = members.seats.get(batch.origin)
+        if seat is None or parse_public(seat.key) is None:
+            return None
+        first = batch.messages[0].step if batch.messages else -1
+        if first < seat.first_step:
+            return Verdict.NOT_MEMBER
+        if checked is None or checked.key != seat.key:
+            checked = self.check(stated, batch, members)
+        if not checked.valid:
+            return Verdict.FORGED
+        return Verdict.REPLAYED if stated != self.context else None
+
+    def count(self, reason: str) -> None:
+        """One more refusal for ``reason``; reasons beyond the door's verdicts are listed from
+        their first refusal on."""
+        with self._lock:
+            self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def refuse(self, peer_id: str, reason: str, why: str | None = None) -> None:
+        """Count a refusal, and ban ``peer_id`` when ``why`` says what it did."""
+        self.count(reason)
+        if why is not None:
+            self.ban(peer_id, why)
+
     def ban(self, peer_id: str, reason: str) -> None:
-        if peer_id not in self.banned:
-            self.banned[peer_id] = reason
-            if self.say is not None:
-                self.say(f"banned {peer_id}: {reason}")
+        with self._lock:
+            new = peer_id not in self.banned
+            if new:
+                self.banned[peer_id] = reason
+        if new and self.say is not None:
+            self.say(f"banned {peer_id}: {reason}")
 
     def settle(self, members: Members, committed_step: int) -> list[SignedBatch]:
         """Judge again the batches that waited for their origin's admission; the accepted."""
@@ -130,16 +251,19 @@ class Door:
     def since(self, step: int) -> list[SignedBatch]:
         """Every batch let in with a step at or after ``step``, whole, in canonical order."""
         first_round = step // self.local_steps
-        found = [b for (_, r), b in self.batches.items() if r >= first_round]
+        held = list(self.batches.values())  # a snapshot: safe beside a thread that adds batches
+        found = [b for b in held if b.round >= first_round]
         return sorted(found, key=lambda b: (b.round, b.origin))
 
 
 class BatchStore:
     """The door's batches on disk, one JSON line each, so a restarted peer can still serve its
-    committed messages with their signatures; a line cut by a crash is dropped on load."""
+    committed messages with their signatures; a line cut by a crash is dropped on load. Appends
+    come from several threads, outside the node's lock, so the file has its own."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def load(self) -> list[SignedBatch]:
@@ -157,7 +281,7 @@ class BatchStore:
         lines = "".join(json.dumps(b.to_json(), separators=(",", ":")) + "\n" for b in batches)
         if not lines:
             return
-        with self.path.open("a") as file:
+        with self._lock, self.path.open("a") as file:
             file.write(lines)
             file.flush()
             os.fsync(file.fileno())
@@ -189,7 +313,33 @@ def read_batches(
         signatures = {(int(o), int(r)): b64(s) for o, r, s in header.get("sigs") or []}
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad signature header: {exc}") from None
-    batches = group_batches(messages, controls_from_json(header.get("carried")), local_steps)
+    controls = controls_from_json(header.get("carried"))
+    for entries in controls.values():
+        for control in entries:
+            check_control(control)
+    batches = group_batches(messages, controls, local_steps)
     for batch in batches:
         batch.signature = signatures.get((batch.origin, batch.round), b"")
     return stated, batches
+
+
+CONTROL_FIELDS: dict[str, dict[str, type]] = {
+    "admit": {"index": int, "peer": str, "first_step": int},
+    "hash": {"step": int, "hash": str},
+}
+
+
+def check_control(control: Any) -> None:
+    """A control a peer's state can take without a KeyError: the fields of its kind, typed.
+    Signed controls are still input: a member may sign nonsense."""
+    if not isinstance(control, dict):
+        raise ValueError(f"a control is a JSON object, not {type(control).__name__}")
+    kind = control.get("kind")
+    for name, expected in CONTROL_FIELDS.get(kind if isinstance(kind, str) else "", {}).items():
+        value = control.get(name)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise ValueError(f"{kind} control lacks a valid {name!r}: {str(value)[:40]!r}")
+        if expected is int and value < 0:
+            raise ValueError(f"{kind} control has a negative {name!r}: {value}")
+    if kind == "admit" and not isinstance(control.get("key", ""), str):
+        raise ValueError("admit control has a key that is not text")

@@ -113,12 +113,16 @@ def peer_threads(peers: int) -> int:
 
 
 def start_peer(
-    command: list[str], directory: Path, threads: int | None = None
+    command: list[str],
+    directory: Path,
+    threads: int | None = None,
+    environment: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a peer in a new session, its output appended to ``directory/peer.log``; ``threads``
-    caps its compute threads, so peers sharing a machine do not fight over the cores."""
+    caps its compute threads, so peers sharing a machine do not fight over the cores, and
+    ``environment`` adds to this process's (tests inject faults through it)."""
     directory.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    env = {**os.environ, **(environment or {})}
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     with (directory / "peer.log").open("ab") as log:

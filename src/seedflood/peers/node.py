@@ -38,7 +38,7 @@ from seedflood.peers.batch_exchange import Exchange, open_link
 from seedflood.peers.crypto import Context, load_or_create_key, public_hex
 from seedflood.peers.inbox import BatchStore, Door
 from seedflood.peers.membership import MembershipError, check_run_id
-from seedflood.peers.options import PeerError, PeerOptions, Say
+from seedflood.peers.options import PeerError, PeerOptions, Say, silent_from
 from seedflood.peers.p2p import (
     FLOOD_PROTOCOL,
     JOIN_PROTOCOL,
@@ -46,6 +46,7 @@ from seedflood.peers.p2p import (
     EventLoopThread,
     Handler,
 )
+from seedflood.peers.quorum import DECIDE_PROTOCOL, Quorum
 from seedflood.peers.seats import Seating, start_dht
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
@@ -66,6 +67,7 @@ def peer_state(
     members: Members,
     state_dir: Path,
     on_divergence: Callable[[str], None] | None = None,
+    allowed: frozenset[str] | None = None,
 ) -> PeerState:
     """Client ``me`` of a run of ``config``, training ``parts``' model along ``direction``: what
     a peer process builds once seated, kept apart so tests can hold such states beside the
@@ -91,6 +93,7 @@ def peer_state(
         on_divergence=on_divergence,
         clip=ScalarClip.from_config(config),
         guard=DivergenceGuard.from_config(config),
+        allowed=allowed,
     )
 
 
@@ -120,6 +123,7 @@ class Node:
         self.clock = RoundClock(floor=0.2)
         self.history: list[dict[str, Any]] = []
         self.stopping = threading.Event()
+        self.longest_stall = 0.0
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -157,7 +161,7 @@ class Node:
             self.stopping,
             dht=self.dht,
             link=self.link,
-            key=public_hex(signing_key),
+            signing_key=signing_key,
         )
         me, members, joined = self.seating.take_seat()
         self.state = self._new_state(me, members)
@@ -169,6 +173,15 @@ class Node:
         initial = [seats[i].peer_id for i in range(self.config.clients)]
         context = Context.of(options.run_id, initial)
         self.door = Door(context, self.local_steps, say=self.say)
+        self.quorum = Quorum(
+            cond=self.cond,
+            state=self.state,
+            door=self.door,
+            context=context,
+            signing_key=signing_key,
+            say=self.say,
+            live_ids=lambda: self.seating.live_ids,
+        )
         self.exchange = Exchange(
             config=self.config,
             cond=self.cond,
@@ -179,7 +192,9 @@ class Node:
             store=BatchStore(options.state_dir / "batches.jsonl"),
             context=context,
             signing_key=signing_key,
+            quorum=self.quorum,
         )
+        self.link.gate = self.exchange  # it decides whom the link hears, and how much
         self.exchange.restore()
         self.seating.seated(self.state, self.door)
         if self.state.members.seats[me].gone_from is not None:
@@ -202,6 +217,7 @@ class Node:
             members=members,
             state_dir=self.options.state_dir,
             on_divergence=lambda text: self.say(f"DIVERGENCE: {text}"),
+            allowed=self.options.allowed,
         )
 
     def _handlers(self) -> dict[str, Handler]:
@@ -212,18 +228,20 @@ class Node:
             FLOOD_PROTOCOL: lambda caller, data: self.exchange.on_flood(caller, data),
             SYNC_PROTOCOL: lambda caller, data: self.exchange.on_sync(caller, data),
             JOIN_PROTOCOL: lambda caller, data: self.exchange.on_join(caller, data),
+            DECIDE_PROTOCOL: lambda caller, data: self.quorum.on_decide(caller, data),
         }
 
     # -- the loop -----------------------------------------------------------------------------
 
     def _wait(self, ready: Callable[[], bool], what: str) -> None:
         """Commit what arrives until ``ready``; pull after a few round times without progress,
-        and have a vanished member declared gone after longer. Each commit may settle batches
-        that waited at the door for their origin's admission."""
-        since = last_pull = last_note = time.monotonic()
+        and have members that stall the run removed by quorum after longer. Each commit may
+        settle batches that waited at the door for their origin's admission."""
+        since = last_pull = last_note = last_removal = time.monotonic()
         while True:
             with self.cond:
                 if self.state.commit():
+                    self.longest_stall = max(self.longest_stall, time.monotonic() - since)
                     since = last_pull = time.monotonic()
                 settled = self.exchange.settled() if self.door.waiting else []
                 targets = dict(self.seating.neighbors)
@@ -238,8 +256,14 @@ class Node:
             if now - last_pull > 3 * typical:
                 self.exchange.pull(self.seating.others())
                 last_pull = time.monotonic()
-            if now - since > max(10 * typical, 3 * self.options.ttl):
-                self._declare_vanished()
+            with self.cond:
+                self.quorum.stalled_since = since
+                self.quorum.patience = max(
+                    self.options.silent_rounds * typical, 3 * self.options.ttl
+                )
+            if now - last_removal > max(typical, 1.0):
+                self._remove_stalling(now)
+                last_removal = time.monotonic()
             if now - last_note > 30:
                 with self.cond:
                     missing = self.state.missing()
@@ -248,31 +272,32 @@ class Node:
                 )
                 last_note = now
 
-    def _declare_vanished(self) -> None:
-        """The sponsor declares missing members that left the DHT gone, after pulling once more
-        so that the declaration does not cut off a message someone still holds."""
+    def _remove_stalling(self, now: float) -> None:
+        """Propose removing the members this peer has waited on too long (after one more pull,
+        so that a removal cuts off no message someone still holds), and gather co-signatures
+        for the removals still open; flood the ones a majority decided."""
         with self.cond:
-            seats, live = self.state.members.seats, self.seating.live_ids
-            vanished = [i for i in self.state.missing() if seats[i].peer_id not in live]
-            present = [
-                i
-                for i, seat in seats.items()
-                if seat.gone_from is None and (seat.peer_id in live or i == self.state.me)
-            ]
-        if not vanished or min(present) != self.state.me:
-            return
-        self.exchange.pull(self.seating.others())
+            due = self.quorum.should_propose(now)
+        if due:
+            self.exchange.pull(self.seating.others())
+            with self.cond:
+                if self.quorum.should_propose(now):
+                    self.quorum.propose()
         with self.cond:
-            gone = []
-            for index in vanished:
-                step = self.state.last_step_of(index) + 1
-                if self.state.depart(index, step):
-                    gone.append((index, step))
-                    self.say(f"declared client {index} gone from step {step}")
-            self.seating.rewire()
-            targets = dict(self.seating.neighbors)
-        if gone:
-            self.exchange.push(targets, [], gone)
+            open_removals = list(self.quorum.open.values())
+        decided = []
+        for removal in open_removals:
+            done = self.quorum.gather(
+                removal, lambda peer, data: self.link.request(peer, DECIDE_PROTOCOL, data)
+            )
+            if done is not None:
+                decided.append(done)
+        if decided:
+            with self.cond:
+                self.seating.rewire()
+                targets = dict(self.seating.neighbors)
+                self.cond.notify_all()
+            self.exchange.push(targets, [], decided)
 
     def run(self, progress: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         started = time.perf_counter()
@@ -293,6 +318,7 @@ class Node:
             )
             self.say(f"zero-shot test accuracy {self.zero_shot:.4f}")
         train_seconds = 0.0
+        silent = silent_from(self.say)
         next_round = max(
             state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
         )
@@ -300,6 +326,9 @@ class Node:
         while next_round < config.rounds and state.tripped is None:
             self._wait(lambda r=next_round: state.ready_for(r), f"round {next_round}")
             if state.tripped is not None:
+                break
+            if next_round == silent:
+                self.stopping.wait()  # alive, its DHT record renewed, sending nothing
                 break
             messages, losses = state.originate(next_round, guard=self.cond)
             with self.cond:
@@ -402,6 +431,7 @@ class Node:
             "committed_step": state.committed_step,
             "clipped_messages": state.clip.clipped if state.clip is not None else 0,
             "saturated_scalars": state.saturated,
+            "refused_admissions": state.refused_admissions,
             "guard": guard_record(state.guard, state.tripped),
             "rounds": config.rounds,
             "steps": config.rounds * self.local_steps,
@@ -411,6 +441,8 @@ class Node:
             "divergences": state.divergences,
             "replayed": state.replayed,
             "rejected": dict(self.door.rejected),
+            "removals": self.quorum.record(),
+            "longest_stall_seconds": self.longest_stall,
             "banned": dict(self.door.banned),
             "messages_committed": len(state.committed),
             "wall_seconds": time.perf_counter() - started,

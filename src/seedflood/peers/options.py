@@ -6,11 +6,14 @@ another.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PeerError", "PeerOptions", "Say"]
+__all__ = ["SILENT_VARIABLE", "PeerError", "PeerOptions", "Say", "silent_from"]
+
+SILENT_VARIABLE = "SEEDFLOOD_SILENT_FROM_ROUND"
 
 Say = Callable[[str], None]
 
@@ -40,3 +43,18 @@ class PeerOptions:
     # The public keys (hex) that may hold a seat in the run; None: any key (an open run, for a
     # network whose members trust each other; docs/peers.md, "Trust model").
     allowed: frozenset[str] | None = None
+    # Typical round times to wait for a member that sends nothing before proposing its removal.
+    silent_rounds: float = 10.0
+
+
+def silent_from(say: Say) -> int | None:
+    """The round from which this peer goes silent on purpose (``$SEEDFLOOD_SILENT_FROM_ROUND``,
+    for tests of removal by quorum): it stays alive and keeps its DHT record, and sends
+    nothing more."""
+    text = os.environ.get(SILENT_VARIABLE, "")
+    if not text:
+        return None
+    if not text.isdigit():
+        raise PeerError(f"${SILENT_VARIABLE} must be a round number; got {text!r}")
+    say(f"silent from round {text} on purpose (${SILENT_VARIABLE})")
+    return int(text)

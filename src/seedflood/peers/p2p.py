@@ -9,6 +9,12 @@ Every payload is a `Frame`: a small JSON header (who sends, what rides along) an
 the codec packet of the messages. hivemind is asynchronous and training is not: the link runs
 hivemind's event loop in a daemon thread, and serves requests in worker threads so a handler may
 wait for the training thread without stalling the network.
+
+A peer's bytes are hostile until checked, so the link asks its `Gate` before it reads a frame:
+whether the caller (libp2p's authenticated peer id) may be heard on the protocol at all, and how
+large a frame may be. It reads the 8-byte length hivemind puts before a frame and refuses one
+over the cap without reading its body; a refused frame's stream is closed, the refusal counted
+and, for an oversized or undecodable frame, its sender named to the gate to be banned.
 """
 
 from __future__ import annotations
@@ -23,13 +29,20 @@ from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 FLOOD_PROTOCOL = "seedflood/flood/2"
 SYNC_PROTOCOL = "seedflood/sync/2"
 JOIN_PROTOCOL = "seedflood/join/1"
-MAX_FRAME_BYTES = 256 << 20
+MAX_FRAME_BYTES = 64 << 20
+"""The largest frame read on any protocol, whatever a gate allows."""
 MAX_HEADER_BYTES = 16 << 20
+JOIN_REQUEST_BYTES = 64 << 10
+"""A join request: a peer id, a key and a config record (at most 64 short keys and values)."""
+JOIN_REPLY_BYTES = 16 << 20
+"""A join reply: an index and the members table, about 300 bytes a seat (50,000 seats)."""
+WIRE_LENGTH_BYTES = 8
+"""hivemind's length prefix of a frame on a stream: 8 bytes, big-endian (`P2P.HEADER_LEN`)."""
 _LENGTH = struct.Struct("<I")
 T = TypeVar("T")
 Handler = Callable[[str, bytes], bytes | None]
@@ -37,6 +50,54 @@ Handler = Callable[[str, bytes], bytes | None]
 
 class TransportError(RuntimeError):
     """A frame that is not one, or a peer that did not answer."""
+
+
+class Refusal(StrEnum):
+    """Why the link dropped a frame before (or instead of) a handler's answer."""
+
+    OVERSIZED = "oversized"
+    UNDECODABLE = "undecodable"
+    NOT_MEMBER_CALLER = "not_member_caller"
+    BANNED_CALLER = "banned_caller"
+
+
+def join_cap(reply: bool) -> int:
+    return JOIN_REPLY_BYTES if reply else JOIN_REQUEST_BYTES
+
+
+class Gate(Protocol):
+    """Whom a link hears and how much: the node's exchange, once it exists."""
+
+    def refusal(self, caller: str, protocol: str) -> Refusal | None:
+        """Why ``caller``'s frames on ``protocol`` are not read at all; None to read them."""
+        ...
+
+    def cap(self, protocol: str, reply: bool) -> int:
+        """The largest request (or, with ``reply``, reply) frame read on ``protocol``."""
+        ...
+
+    def refused(self, peer: str, protocol: str, reason: Refusal) -> None:
+        """Count a dropped frame of ``peer``'s (and ban it where the reason says it lied)."""
+        ...
+
+
+class OpenGate:
+    """Hears everyone, within fixed caps, and only counts what it drops: a link's gate before
+    its node is seated (a joiner's link asks for its seat) and in tests."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def refusal(self, caller: str, protocol: str) -> Refusal | None:
+        return None
+
+    def cap(self, protocol: str, reply: bool) -> int:
+        return join_cap(reply) if protocol == JOIN_PROTOCOL else MAX_FRAME_BYTES
+
+    def refused(self, peer: str, protocol: str, reason: Refusal) -> None:
+        with self._lock:
+            self.counts[reason] = self.counts.get(reason, 0) + 1
 
 
 def _finite(text: str) -> float:
@@ -131,6 +192,7 @@ class Link:
         self.handlers = dict(handlers)
         self.timeout = timeout
         self.counters = LinkCounters()
+        self.gate: Gate = OpenGate()
         self._lock = threading.Lock()
 
     @property
@@ -145,21 +207,50 @@ class Link:
         handler = self.handlers[protocol]
 
         async def serve(info: Any, reader: asyncio.StreamReader, writer: Any) -> None:
+            caller = info.peer_id.to_base58()
             try:
-                data = await self.p2p.receive_raw_data(reader)
-                self._count(self.counters.received, protocol, len(data))
+                refusal = self.gate.refusal(caller, protocol)
+                if refusal is not None:  # dropped unread: not even its length is taken
+                    self.gate.refused(caller, protocol, refusal)
+                    return
+                data = await self.receive(reader, caller, protocol, reply=False)
+                if data is None:
+                    return
                 reply = await asyncio.get_running_loop().run_in_executor(
-                    None, handler, info.peer_id.to_base58(), data
+                    None, self._handle, handler, caller, protocol, data
                 )
                 if reply is not None:
                     await self.p2p.send_raw_data(reply, writer)
                     self._count(self.counters.sent, protocol, len(reply))
-            except (asyncio.IncompleteReadError, ConnectionError, TransportError):
+            except (asyncio.IncompleteReadError, ConnectionError):
                 pass
             finally:
                 writer.close()
 
         return serve
+
+    async def receive(
+        self, reader: asyncio.StreamReader, peer: str, protocol: str, reply: bool
+    ) -> bytes | None:
+        """One frame from ``peer``, or None when its stated length is over the protocol's cap:
+        then not a byte of its body is read (hivemind's own reader would allocate any length)."""
+        prefix = await reader.readexactly(WIRE_LENGTH_BYTES)
+        size = int.from_bytes(prefix, "big")
+        if size > min(self.gate.cap(protocol, reply), MAX_FRAME_BYTES):
+            self.gate.refused(peer, protocol, Refusal.OVERSIZED)
+            return None
+        data = await reader.readexactly(size)
+        self._count(self.counters.received, protocol, len(data))
+        return data
+
+    def _handle(self, handler: Handler, caller: str, protocol: str, data: bytes) -> bytes | None:
+        """The handler's answer; a frame it cannot parse (a TransportError or ValueError, which
+        the codec's errors are) is counted as undecodable and answered with nothing."""
+        try:
+            return handler(caller, data)
+        except (TransportError, ValueError):
+            self.gate.refused(caller, protocol, Refusal.UNDECODABLE)
+            return None
 
     def _count(self, table: dict[str, int], protocol: str, size: int) -> None:
         with self._lock:
@@ -174,11 +265,9 @@ class Link:
             self._count(self.counters.sent, protocol, len(data))
             if not reply:
                 return b""
-            answer = await asyncio.wait_for(self.p2p.receive_raw_data(reader), self.timeout)
-            if len(answer) > MAX_FRAME_BYTES:
-                raise TransportError(f"{peer} answered {len(answer)} bytes")
-            self._count(self.counters.received, protocol, len(answer))
-            return answer
+            return await asyncio.wait_for(
+                self.receive(reader, peer, protocol, reply=True), self.timeout
+            )
         finally:
             writer.close()
 

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from seedflood.peers.admission import ConfigRecordError, SharedConfig
+from seedflood.peers.crypto import join_proof, public_hex
 from seedflood.peers.membership import Member, Membership, run_config
 from seedflood.peers.options import PeerError, PeerOptions, Say
 from seedflood.peers.p2p import JOIN_PROTOCOL, Frame
@@ -85,16 +86,17 @@ class Seating:
         *,
         dht: Any,
         link: Link,
-        key: str,
+        signing_key: Ed25519PrivateKey,
     ) -> None:
         self.config, self.options, self.say = config, options, say
         self.cond, self.stopping = cond, stopping
-        self.link, self.key = link, key
+        self.link, self.signing_key = link, signing_key
+        self.key = public_hex(signing_key)
         self.shared = SharedConfig.of(config)
         self._saved = self._saved_seat()
         joined = None if self._saved is None else self._saved["joined"]
         self.membership = Membership(
-            dht, options.run_id, options.ttl, joined=joined, key=key, config=self.shared
+            dht, options.run_id, options.ttl, joined=joined, key=self.key, config=self.shared
         )
         self.index = -1
         self.done = False
@@ -159,8 +161,14 @@ class Seating:
         A sponsor refuses a peer with another config by answering with its own instead."""
         deadline = time.monotonic() + self.options.start_timeout
         me = self.membership.me
+        proof = join_proof(self.signing_key, self.options.run_id, me.peer_id)
         request = Frame(
-            {"peer": me.peer_id, "key": self.key, "config": self.shared.to_record()}
+            {
+                "peer": me.peer_id,
+                "key": self.key,
+                "proof": proof,
+                "config": self.shared.to_record(),
+            }
         ).encode()
         while time.monotonic() < deadline:
             for member in sorted(self._check_config(), key=lambda m: m.index):
@@ -170,6 +178,10 @@ class Seating:
                 if reply is None:
                     continue
                 header = Frame.decode(reply).header
+                if "refused" in header:
+                    raise PeerError(
+                        f"client {member.index} refused this peer: {str(header['refused'])[:200]}"
+                    )
                 if "index" not in header:  # refused for its config, else no honest member's reply
                     with contextlib.suppress(ConfigRecordError):
                         self.shared.check(SharedConfig.read(header.get("config")))

@@ -71,6 +71,13 @@ class Digest:
         if any(not 0 <= s <= MAX_ID for s in self.first_missing) or any(g < 0 for g in self.gaps):
             raise ValueError("digest steps must be in 0 .. 2^63 - 1 and bitmaps non-negative")
 
+    def holds(self, step: int, origin: int) -> bool:
+        """Whether ``origin``'s message of ``step`` is held: one origin's row, not every row."""
+        if not 0 <= origin < len(self.first_missing):
+            return False
+        first = self.first_missing[origin]
+        return step < first or (step > first and bool(self.gaps[origin] >> (step - first - 1) & 1))
+
     def held(self, step: int) -> int:
         """The origins whose message of ``step`` is held, as a bitmask."""
         mask = 0
@@ -86,12 +93,16 @@ def digest_of(state: FloodState, count: int) -> Digest:
 
 
 def digest_of_pending(committed_step: int, pending: Pending, count: int) -> Digest:
-    """The digest of a real peer: every step up to ``committed_step``, then what it holds."""
+    """The digest of a real peer: every step up to ``committed_step``, then what it holds, within
+    what the format can say. Steps too far past the first missing one for a gap bitmap, and
+    origins beyond the most a digest lists, are left out: the digest then understates what is
+    held, which costs a neighbour a resend, never a message."""
+    horizon = committed_step + 1 + 8 * MAX_GAP_BYTES
     return digest_from(
         committed_step + 1,
-        sorted(pending),
+        sorted(step for step in pending if step <= horizon),
         lambda step: sum(1 << origin for origin in pending.get(step, {})),
-        count,
+        min(count, MAX_DIGEST_ORIGINS),
     )
 
 

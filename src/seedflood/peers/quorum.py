@@ -1,0 +1,223 @@
+"""Removing a member that stalls the run, by a signed majority of the others.
+
+A step commits only once every expected member's message is in, so one member that stops
+sending (it crashed, left, was banned for a forgery or an equivocation, or just went silent while
+renewing its DHT record) would stall every peer forever. After ``patience`` seconds without a
+commit, the lowest-indexed member that is not itself missing proposes to remove the missing ones
+from the step after their last message it holds (`Removal`, signed), and asks every other member
+expected at that step to sign it too. A member signs only what its own view supports: it holds
+no message of the removed client at or after that step, and it has waited for that client
+itself (half the patience), or banned it, or no longer sees it in the DHT. Signing is a promise:
+the signer takes the removal into its own state at once, so it will never commit a message the
+removal cuts off. Once a majority of the members expected at the step (the removed one aside)
+have signed, the removal is decided: it is flooded with the batches, and every peer checks the
+signatures against its own member table before it takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from seedflood.peers.p2p import Frame, TransportError
+from seedflood.peers.removals import Removal, read_removals
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from seedflood.peers.crypto import Context
+    from seedflood.peers.inbox import Door
+    from seedflood.peers.options import Say
+    from seedflood.peers.state import PeerState
+
+__all__ = ["DECIDE_PROTOCOL", "Quorum"]
+
+DECIDE_PROTOCOL = "seedflood/decide/1"
+
+
+class Quorum:
+    """This peer's part in removals: proposing, co-signing, and taking decided ones. Every
+    method that reads the state takes ``cond`` itself; none holds it across a network call."""
+
+    def __init__(
+        self,
+        *,
+        cond: threading.Condition,
+        state: PeerState,
+        door: Door,
+        context: Context,
+        signing_key: Ed25519PrivateKey,
+        say: Say,
+        live_ids: Callable[[], set[str]],
+    ) -> None:
+        self.cond, self.state, self.door = cond, state, door
+        self.context, self.signing_key, self.say = context, signing_key, say
+        self.live_ids = live_ids
+        self.decided: dict[int, Removal] = {}
+        self.open: dict[int, Removal] = {}
+        self.counts: Counter[str] = Counter()
+        self.stalled_since = time.monotonic()
+        self.patience = float("inf")
+
+    # -- what every peer checks ---------------------------------------------------------------
+
+    def _key_of(self, index: int) -> str | None:
+        seat = self.state.members.seats.get(index)
+        return seat.key if seat is not None and seat.gone_from is None else None
+
+    def _voters(self, removal: Removal) -> list[int]:
+        return [i for i in self.state.members.expected(removal.from_step) if i != removal.index]
+
+    def _is_decided(self, removal: Removal) -> bool:
+        return removal.decided(self.context, self._key_of, self._voters(removal))
+
+    def take(self, removals: list[Removal]) -> list[Removal]:
+        """Apply the decided removals among ``removals`` (from a frame); the ones that were
+        news, to flood on. Call under the lock."""
+        news = []
+        for removal in removals:
+            if removal.index in self.decided:
+                continue
+            if not self._is_decided(removal):
+                self.counts["undecided_removal"] += 1
+                continue
+            self.decided[removal.index] = removal
+            self.state.depart(removal.index, removal.from_step)
+            self.say(f"client {removal.index} removed from step {removal.from_step} by quorum")
+            news.append(removal)
+        return news
+
+    def record(self) -> dict[str, Any]:
+        """What results.json says of removals: each decided one with its signers, the wire
+        bytes of the decisions, and what was refused or fell short."""
+        with self.cond:
+            decided = [
+                {
+                    "client": r.index,
+                    "from_step": r.from_step,
+                    "signers": sorted(r.signers(self.context, self._key_of)),
+                    "wire_bytes": len(json.dumps(r.to_wire(), separators=(",", ":"))),
+                }
+                for r in self.decided.values()
+            ]
+            return {"decided": decided, **dict(self.counts)}
+
+    def known(self) -> list[Removal]:
+        """Every decided removal, for a peer that asks what it missed. Call under the lock."""
+        return list(self.decided.values())
+
+    # -- co-signing ---------------------------------------------------------------------------
+
+    def _support(self, removal: Removal, now: float) -> str:
+        """Why this peer cannot sign ``removal`` ("" when it can). Call under the lock."""
+        state, index = self.state, removal.index
+        seat = state.members.seats.get(index)
+        if seat is None:
+            return "not a member"
+        if seat.gone_from is not None:  # promised already: the same removal is signed again
+            return "" if seat.gone_from == removal.from_step else "removed from another step"
+        if removal.from_step <= state.committed_step:
+            return "step already committed"
+        if any(index in held for step, held in state.pending.items() if step >= removal.from_step):
+            return "holds its message"
+        if index not in state.missing():
+            return "not waiting for it"
+        waited = now - self.stalled_since >= self.patience / 2
+        if not (waited or seat.peer_id in self.door.banned or seat.peer_id not in self.live_ids()):
+            return "has not waited long enough"
+        return ""
+
+    def on_decide(self, caller: str, data: bytes) -> bytes:
+        """Co-sign a proposed removal that this peer's own view supports."""
+        header = Frame.decode(data).header
+        removals, bad = read_removals([header["removal"]] if "removal" in header else None)
+        if bad or len(removals) != 1:
+            self.counts["malformed_removal"] += 1
+            raise TransportError(f"{caller} sent a malformed removal")
+        removal = removals[0]
+        with self.cond:
+            proposers = removal.signers(self.context, self._key_of)
+            callers = {i for i, seat in self.state.members.seats.items() if seat.peer_id == caller}
+            if not proposers & callers:
+                self.counts["unsigned_proposal"] += 1
+                return Frame({"refused": "not proposed by the caller"}).encode()
+            reason = self._support(removal, time.monotonic())
+            if reason:
+                return Frame({"refused": reason}).encode()
+            signed = removal.signed(self.signing_key, self.context, self.state.me)
+            self.state.depart(removal.index, removal.from_step)
+            self.cond.notify_all()
+        self.say(f"signed the removal of client {removal.index} from step {removal.from_step}")
+        return Frame({"removal": signed.to_wire()}).encode()
+
+    # -- proposing ----------------------------------------------------------------------------
+
+    def should_propose(self, now: float) -> bool:
+        """Whether this peer proposes now: it waited ``patience`` for the members missing at
+        its next step, and it is the lowest-indexed member not missing. Call under the lock."""
+        state = self.state
+        missing = set(state.missing())
+        present = [i for i in state.members.expected(state.committed_step + 1) if i not in missing]
+        return (
+            now - self.stalled_since >= self.patience
+            and bool(missing)
+            and bool(present)
+            and min(present) == state.me
+        )
+
+    def propose(self) -> None:
+        """Sign the removal of every member missing at the next step, from the step after its
+        last message held here, and promise it (take it into this peer's state). Call under
+        the lock, after pulling what the others hold."""
+        state = self.state
+        for index in state.missing():
+            removal = Removal(index, state.last_step_of(index) + 1)
+            self.open[index] = removal.signed(self.signing_key, self.context, state.me)
+            state.depart(index, removal.from_step)
+            self.say(f"proposing to remove client {index} from step {removal.from_step}")
+
+    def gather(self, removal: Removal, ask: Callable[[str, bytes], bytes | None]) -> Removal | None:
+        """Ask the other voters to co-sign ``removal`` until a majority has; the decided
+        removal, or None when too few agreed this time."""
+        with self.cond:
+            voters = [
+                (i, self.state.members.seats[i].peer_id)
+                for i in self._voters(removal)
+                if i != self.state.me
+            ]
+        request = Frame({"removal": removal.to_wire()}).encode()
+        for _, peer_id in voters:
+            with self.cond:
+                if self._is_decided(removal):
+                    break
+            reply = ask(peer_id, request)
+            signed = self._read_reply(reply, removal)
+            if signed is not None:
+                removal = removal.merged(signed)
+        with self.cond:
+            if not self._is_decided(removal):
+                self.open[removal.index] = removal  # keep the signatures for the next attempt
+                self.counts["removal_short_of_quorum"] += 1
+                return None
+            self.open.pop(removal.index, None)
+            news = self.take([removal])
+            return news[0] if news else None
+
+    def _read_reply(self, reply: bytes | None, removal: Removal) -> Removal | None:
+        if reply is None:
+            return None
+        try:
+            header: dict[str, Any] = Frame.decode(reply).header
+        except TransportError:
+            return None
+        found, _ = read_removals([header["removal"]] if "removal" in header else None)
+        if len(found) != 1 or (found[0].index, found[0].from_step) != (
+            removal.index,
+            removal.from_step,
+        ):
+            return None
+        return found[0]
