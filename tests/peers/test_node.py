@@ -27,6 +27,7 @@ from seedflood.peers.launch import (
     read_status,
     start_peer,
     wait_for_address,
+    write_allowlist,
 )
 from seedflood.peers.p2p import FAULTS_VARIABLE
 from seedflood.peers.state import state_hash
@@ -137,10 +138,19 @@ class PacedPeers:
     """Peer processes of one run, started one by one and paced to 0.25 s per round, so a test
     can kill, restart or add one mid-run; the first one started is everyone's bootstrap."""
 
-    def __init__(self, config_file: Path, run_id: str, root: Path) -> None:
+    def __init__(
+        self, config_file: Path, run_id: str, root: Path, allowlist: int | None = None
+    ) -> None:
         self.config_file, self.run_id, self.root = config_file, run_id, root
         self.processes: dict[int, subprocess.Popen] = {}
         self.address: str | None = None
+        self.allow = (
+            None
+            if allowlist is None
+            else write_allowlist(
+                root / "allowlist", [self.dir(k) / "state" for k in range(allowlist)]
+            )
+        )
 
     def dir(self, k: int) -> Path:
         return self.root / "peers" / str(k)
@@ -153,6 +163,7 @@ class PacedPeers:
             initial_peers=[self.address] if self.address else [],
             pace=0.25,
             evaluate=False,
+            allow=self.allow,
         )
         self.processes[k] = start_peer(command, self.dir(k), environment=environment)
         if self.address is None:

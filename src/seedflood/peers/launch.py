@@ -225,6 +225,8 @@ def merge_results(out_dir: Path, directories: Sequence[Path]) -> dict[str, Any]:
                 "divergences": len(r["divergences"]),
                 "rejected": r.get("rejected", {}),
                 "banned": sorted(r.get("banned", {})),
+                "longest_stall_seconds": r["longest_stall_seconds"],
+                "removals": r["removals"],
             }
             for _, r in sorted(peers, key=lambda p: p[1]["client"])
         ],

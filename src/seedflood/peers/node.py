@@ -8,9 +8,9 @@ them on. All decisions about the model are `PeerState`'s; this module adds the n
 clocks and the files.
 
 Nothing waits forever. Waiting for a step, the peer pulls what its neighbours hold after a few
-typical round times (a lost push, or a neighbour that restarted), and once a missing member has
-also vanished from the DHT for a while, the sponsor (the live member with the lowest index)
-declares it gone and floods the declaration. Neighbours are the run's topology laid over the
+typical round times (a lost push, or a neighbour that restarted), and once members have been
+missing for longer, the lowest-indexed member present proposes their removal and a majority of
+the others sign it (`seedflood.peers.quorum`). Neighbours are the run's topology laid over the
 live members in index order, recomputed as members come and go, so the graph stays connected.
 """
 

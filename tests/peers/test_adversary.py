@@ -1,0 +1,158 @@
+"""A stranger attacks a live run of real peers: it pushes evictions, asks for seats it may not
+have, floods oversized and endless frames, pulls for amplification and rewrites the run's DHT
+records. The honest peers refuse all of it by count, stay small, and finish on the simulator's
+model. The attacker is built from the project's own link (`seedflood.peers.p2p.Link`) over a
+hivemind node of its own, without the record validator."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+hivemind = pytest.importorskip("hivemind", reason="the attacker needs a hivemind node")
+pytestmark = pytest.mark.slow  # real `seedflood peer` processes
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from seedflood.config import load_config  # noqa: E402
+from seedflood.peers.admission import SharedConfig  # noqa: E402
+from seedflood.peers.crypto import join_proof, public_hex  # noqa: E402
+from seedflood.peers.launch import merge_results, peer_threads  # noqa: E402
+from seedflood.peers.membership import Membership, owned_subkey  # noqa: E402
+from seedflood.peers.p2p import (  # noqa: E402
+    FLOOD_PROTOCOL,
+    JOIN_PROTOCOL,
+    SYNC_PROTOCOL,
+    EventLoopThread,
+    Frame,
+    Link,
+)
+from tests.peers.test_node import PacedPeers, simulated_hash, wait_until, write_config  # noqa: E402
+
+PEERS, ROUNDS = 4, 240  # 0.25 s a round: the attacks land while the run goes on
+MIB = 1 << 20
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class Stranger:
+    """A hivemind node that knows the run's address and nothing else."""
+
+    def __init__(self, address: str) -> None:
+        self.dht = hivemind.DHT(initial_peers=[address], start=True)
+        self.runner = EventLoopThread()
+        self.p2p = self.runner.run(self.dht.replicate_p2p())
+        self.link = Link(self.p2p, self.runner, {}, timeout=10.0)
+        self.peer_id = self.dht.peer_id.to_base58()
+
+    def claim(self, peer: str, protocol: str, length: int, body: bytes) -> None:
+        """Open a stream and send a length header that promises ``length`` bytes, then
+        ``body``: what a peer reading frames whole would have to hold."""
+
+        async def send() -> None:
+            from hivemind.p2p import PeerID
+
+            _, _, writer = await self.p2p.call_binary_stream_handler(
+                PeerID.from_base58(peer), protocol
+            )
+            writer.write(length.to_bytes(8, "big") + body)
+            with contextlib.suppress(ConnectionError):  # the peer hung up on it: as it should
+                await writer.drain()
+            writer.close()
+
+        self.runner.run(send(), timeout=20)
+
+    def close(self) -> None:
+        self.runner.stop()
+        self.dht.shutdown()
+
+
+def test_a_stranger_cannot_evict_join_flood_amplify_or_rewrite_a_run(
+    data_dir, tmp_path: Path
+) -> None:
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=PEERS, rounds=ROUNDS)
+    with PacedPeers(config_file, "attacked", tmp_path / "out", allowlist=PEERS) as peers:
+        for k in range(PEERS):
+            peers.start(k)
+        wait_until(lambda: peers.round(0) >= 5, 180, "round 5")
+        ids = [
+            (peers.dir(k) / "state" / "address").read_text().split()[0].split("/p2p/")[-1]
+            for k in range(PEERS)
+        ]
+        rss_before = [_rss_mb(peers.processes[k].pid) for k in range(PEERS)]
+        stranger = Stranger((peers.dir(0) / "state" / "address").read_text().split()[0])
+        sent = dict.fromkeys(["flood", "sync", "join", "oversized"], 0)
+        try:
+            signature = base64.b64encode(bytes(64)).decode()
+            evictions = [
+                Frame({"gone": [[1, 0]]}).encode(),
+                Frame({"removals": [[1, 0, [[0, signature], [2, signature]]]]}).encode(),
+            ]
+            for peer in ids:
+                for frame in evictions:
+                    stranger.link.push({peer: frame}, FLOOD_PROTOCOL)
+                    sent["flood"] += 1
+                reply = stranger.link.request(peer, SYNC_PROTOCOL, Frame({"since": 0}).encode())
+                assert reply is None  # no amplification: a non-member's pull gets nothing
+                sent["sync"] += 1
+                junk = bytes(4 * MIB)
+                stranger.link.push({peer: junk}, FLOOD_PROTOCOL)
+                stranger.claim(peer, FLOOD_PROTOCOL, 300 * MIB, b"abc")
+                sent["oversized"] += 2
+            # a seat for the stranger's own key, which the allowlist does not name
+            key = Ed25519PrivateKey.generate()
+            request = Frame(
+                {
+                    "peer": stranger.peer_id,
+                    "key": public_hex(key),
+                    "proof": join_proof(key, "attacked", stranger.peer_id),
+                    "config": SharedConfig.of(load_config(config_file, [])).to_record(),
+                }
+            ).encode()
+            refused = stranger.link.request(ids[0], JOIN_PROTOCOL, request)
+            sent["join"] += 1
+            # the run's DHT records: a victim's overwritten, a member added, the initial list
+            view = Membership(stranger.dht, "attacked", key=public_hex(key))
+            victim = peers.dir(1) / "state"
+            victim_key = (victim / "public.key").read_text().strip()
+            index = json.loads((victim / "peer.json").read_text())["index"]
+            now = view._now()
+            subkey = owned_subkey(ids[1], victim_key)
+            stranger.dht.store(view.key, [now, index, True, victim_key], now + 86400, subkey=subkey)
+            stranger.dht.store(view.key, [0.0, -1, False, public_hex(key)], now + 60, subkey="Qm")
+            stranger.dht.store(view.initial_key, [stranger.peer_id], now + 60)
+            time.sleep(2)
+            rss_after = [_rss_mb(peers.processes[k].pid) for k in range(PEERS)]
+            assert peers.round(0) < ROUNDS, "the run ended before the attacks did"
+        finally:
+            stranger.close()
+        peers.finish()
+    assert "is not in the run's allowlist" in Frame.decode(refused).header["refused"]
+    results = merge_results(tmp_path / "out", [peers.dir(k) for k in range(PEERS)])
+    assert results["consensus"] and results["state_hash"] == simulated_hash(
+        config_file, peer_threads(PEERS)
+    )
+    assert all(
+        p["committed_step"] == ROUNDS - 1 and p["divergences"] == 0 for p in results["peers"]
+    )
+    for k in range(PEERS):
+        seats = json.loads((peers.dir(k) / "state" / "members.json").read_text())
+        assert sorted(seats) == [str(i) for i in range(PEERS)]
+        assert all(seat["gone_from"] is None for seat in seats.values())
+    # every frame from the stranger was refused unread: as a non-member, or once banned
+    refusals = results["rejected"]
+    print("refusals:", refusals, "sent:", sent, "rss MB before/after:", rss_before, rss_after)
+    heard = refusals.get("not_member_caller", 0) + refusals.get("banned_caller", 0)
+    assert heard == sent["flood"] + sent["sync"] + sent["oversized"]
+    assert all(after - before < 64 for before, after in zip(rss_before, rss_after, strict=True))
+    assert all(p["longest_stall_seconds"] < 10.0 for p in results["peers"])
