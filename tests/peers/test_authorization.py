@@ -37,3 +37,21 @@ def test_a_key_off_the_allowlist_gets_no_seat_from_any_sponsor(tiny, tmp_path: P
     assert rogue.members.seats[4].key == "key-stranger"
     assert rogue.members.expected(first_step) == [0, 1, 2, 3, 4]
     assert Members.from_json(cluster.states[2].members.to_json()).seats.keys() == {0, 1, 2, 3}
+
+
+def test_a_second_process_on_one_state_dir_is_refused_before_it_starts(tmp_path: Path) -> None:
+    """Two processes of one identity would sign two versions of each batch: the state dir's
+    lock stops the second at once."""
+    import fcntl
+
+    from seedflood.config import load_config
+    from seedflood.peers.node import Node, PeerError, PeerOptions
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    with (state_dir / "lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        options = PeerOptions(run_id="run", state_dir=state_dir, out_dir=tmp_path, device="cpu")
+        node = Node(load_config(None, ["model=tiny"]), options, say=lambda text: None)
+        with pytest.raises(PeerError, match="another peer is running on state dir"):
+            node.start()
