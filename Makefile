@@ -20,11 +20,11 @@ demo: $(STAMP)
 	$(BIN)/seedflood run configs/quickstart.yaml --out results/quickstart
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The inner loop: all but the tests marked slow (the real model, real processes, long runs).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
