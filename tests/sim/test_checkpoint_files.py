@@ -37,20 +37,9 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.plain_state import Decoder, Encoder, PlainStateError
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
+from tests.sim.test_ledger import QUICKSTART, SETTINGS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
-SETTINGS = (
-    "model=tiny",
-    "clients=4",
-    "rounds=6",
-    "eval_every=3",
-    "rank=8",
-    "batch_size=4",
-    "n_train=64",
-    "n_val=16",
-    "n_test=40",
-)
 PROGRESS = Progress(1, [{"round": 1}], 0.5, 0.75, 0.5)
 
 
