@@ -93,19 +93,23 @@ def test_a_forged_batch_is_refused_and_its_deliverer_banned(keys, members, tampe
     assert list(door.banned) == ["peer-2"] and door.since(0) == []
 
 
-def test_an_equivocating_origin_is_refused_and_banned(keys, members) -> None:
+def test_an_equivocating_origin_is_refused_and_its_evidence_kept(keys, members) -> None:
     door = Door(RUN, STEPS)
     first = batch(2, 3).sign(keys[2], RUN)
     other = batch(2, 3, (0.5, 0.75)).sign(keys[2], RUN)
     assert door.judge("peer-1", RUN, first, members, -1) is Verdict.ACCEPTED
     assert door.judge("peer-2", RUN, other, members, -1) is Verdict.EQUIVOCATION
     assert door.rejected["equivocation"] == 1
-    # the origin signed both versions; an honest forwarder may hold either, so the origin is banned
-    assert list(door.banned) == ["peer-2"]
+    # an honest forwarder may hold either version, and the run still needs the origin's other
+    # messages until it is removed: no one is banned, the two versions are the evidence
+    assert not door.banned
+    assert door.equivocations[2].proves(RUN, members.seats[2].key)
+    assert (door.equivocations[2].first, door.equivocations[2].second) == (first, other)
     forwarded = batch(2, 4).sign(keys[2], RUN), batch(2, 4, (1.0, 1.0)).sign(keys[2], RUN)
     assert door.judge("peer-2", RUN, forwarded[0], members, -1) is Verdict.ACCEPTED
     assert door.judge("peer-0", RUN, forwarded[1], members, -1) is Verdict.EQUIVOCATION
-    assert "peer-0" not in door.banned and door.since(8) == [forwarded[0]]
+    assert not door.banned and door.since(8) == [forwarded[0]]
+    assert door.equivocations[2].round == 3  # the first evidence is kept
 
 
 def test_a_batch_of_another_run_or_an_earlier_run_of_the_same_name_is_replayed(

@@ -1,6 +1,6 @@
 """Liveness among real peers: one member that goes silent (alive, its DHT record renewed, no
 messages) is removed by a signed majority of the others, who finish on one model, delayed by
-a bounded wait."""
+a bounded wait; one that equivocates is removed with the evidence, without a wait."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from seedflood.config import load_config
+from seedflood.peers.inbox import window_rounds
 from seedflood.peers.launch import merge_results
-from seedflood.peers.options import SILENT_VARIABLE
+from seedflood.peers.options import EQUIVOCATE_VARIABLE, SILENT_VARIABLE
 from seedflood.protocol.message_log import MessageLog
 from tests.peers.test_node import PacedPeers, write_config
 
@@ -19,23 +21,34 @@ pytestmark = pytest.mark.slow  # eight real `seedflood peer` processes
 PEERS, SILENT, SILENT_ROUND, ROUNDS = 8, 5, 10, 30
 
 
+def run_with_one_faulty(
+    config_file: Path, root: Path, peers_n: int, faulty: int, fault: dict[str, str]
+) -> list[Path]:
+    """Run ``peers_n`` paced peers, peer ``faulty`` with the ``fault`` environment, until every
+    other one has finished (each with exit code 0); their directories."""
+    with PacedPeers(config_file, root.name, root) as peers:
+        for k in range(peers_n):
+            peers.start(k, fault if k == faulty else None)
+        for k in range(peers_n):
+            if k != faulty:
+                assert peers.processes[k].wait(timeout=900) == 0
+        assert peers.processes[faulty].poll() is None  # still alive: it misbehaves, not crashes
+    return [peers.dir(k) for k in range(peers_n)]
+
+
 def test_a_silent_member_is_removed_by_quorum_and_the_others_finish_on_one_hash(
     data_dir, tmp_path: Path
 ) -> None:
     config_file = write_config(tmp_path / "run.yaml", data_dir, clients=PEERS, rounds=ROUNDS)
-    root = tmp_path / "out"
-    with PacedPeers(config_file, "silent", root) as peers:
-        for k in range(PEERS):
-            peers.start(k, {SILENT_VARIABLE: str(SILENT_ROUND)} if k == SILENT else None)
-        for k in range(PEERS):
-            if k != SILENT:
-                assert peers.processes[k].wait(timeout=900) == 0
-        assert peers.processes[SILENT].poll() is None  # still alive, and silent
-    survivors = [peers.dir(k) for k in range(PEERS) if k != SILENT]
+    root = tmp_path / "silent"
+    dirs = run_with_one_faulty(
+        config_file, root, PEERS, SILENT, {SILENT_VARIABLE: str(SILENT_ROUND)}
+    )
+    survivors = [d for k, d in enumerate(dirs) if k != SILENT]
     results = merge_results(root, survivors)
     assert results["consensus"], [p["state_hash"] for p in results["peers"]]
     assert all(p["committed_step"] == ROUNDS - 1 for p in results["peers"])
-    silent = json.loads((peers.dir(SILENT) / "state" / "peer.json").read_text())["index"]
+    silent = json.loads((dirs[SILENT] / "state" / "peer.json").read_text())["index"]
     for directory in survivors:
         seats = json.loads((directory / "state" / "members.json").read_text())
         assert seats[str(silent)]["gone_from"] == SILENT_ROUND
@@ -57,3 +70,40 @@ def test_a_silent_member_is_removed_by_quorum_and_the_others_finish_on_one_hash(
             for d in survivors
         ],
     )
+
+
+def test_an_equivocating_member_is_removed_with_its_evidence_and_nothing_else_differs(
+    data_dir, tmp_path: Path
+) -> None:
+    peers_n, liar, lie_round = 5, 2, 5
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=peers_n, rounds=20)
+    config = load_config(config_file, [])
+    local_steps = config.steps_per_round
+    cut = (lie_round + 2 * window_rounds(config.staleness)) * local_steps
+    root = tmp_path / "equivocation"
+    fault = {EQUIVOCATE_VARIABLE: str(lie_round)}
+    dirs = run_with_one_faulty(config_file, root, peers_n, liar, fault)
+    survivors = [d for k, d in enumerate(dirs) if k != liar]
+    index = json.loads((dirs[liar] / "state" / "peer.json").read_text())["index"]
+    results = [json.loads((d / "results.json").read_text()) for d in survivors]
+    assert all(r["committed_step"] == config.rounds * local_steps - 1 for r in results)
+    for directory, peer in zip(survivors, results, strict=True):
+        seats = json.loads((directory / "state" / "members.json").read_text())
+        assert seats[str(index)]["gone_from"] == cut
+        decided = peer["removals"]["decided"]
+        assert [(d["client"], d["from_step"], d["evidence_round"]) for d in decided] == [
+            (index, cut, lie_round)
+        ]
+        assert peer["longest_stall_seconds"] < 30.0
+    # the survivors differ in nothing but the version of the lie each committed first
+    lies, hashes = [], []
+    for directory, peer in zip(survivors, results, strict=True):
+        log = MessageLog(directory / "state" / "messages.log").messages(0)
+        assert {m.step for m in log if m.origin == index} == set(range(cut))
+        lie = [m.scalar for m in log if m.origin == index and m.step // local_steps == lie_round]
+        lies.append(tuple(lie))
+        hashes.append(peer["state_hash"])
+    assert len({tuple(abs(s) for s in lie) for lie in lies}) == 1  # one lie, told two ways
+    assert len(set(hashes)) == len(set(lies))
+    detected = sum(r["rejected"]["equivocation"] for r in results)
+    print(f"equivocation: versions committed {len(set(lies))}, detections {detected}")

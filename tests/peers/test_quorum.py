@@ -1,18 +1,21 @@
-"""A member that goes silent is removed by a signed majority of the others, and the run goes on
-on one model; no lone member, stranger or impatient proposer can remove anyone."""
+"""A member that goes silent, or equivocates, is removed by a signed majority of the others, and
+the run goes on on one model; no lone member, stranger, impatient proposer or false evidence can
+remove anyone."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from seedflood.peers.crypto import Context, public_hex
+from seedflood.peers.crypto import Context, SignedBatch, public_hex
+from seedflood.peers.inbox import Door, Verdict, window_rounds
 from seedflood.peers.p2p import Frame
-from seedflood.peers.quorum import Quorum
-from seedflood.peers.removals import Removal, read_removals
+from seedflood.peers.quorum import Quorum, equivocation_step
+from seedflood.peers.removals import Equivocation, Removal, read_removals
 from seedflood.topology import make_topology
 from tests.algorithms.test_seedflood import make_seedflood
 from tests.peers.test_state import Cluster, tiny  # noqa: F401  (the fixture)
@@ -21,7 +24,10 @@ CLIENTS = 5
 SILENT = 4
 
 
-def _quorums(cluster: Cluster, keys: list[Ed25519PrivateKey], banned: dict) -> dict[int, Quorum]:
+def _quorums(
+    cluster: Cluster, keys: list[Ed25519PrivateKey], banned: dict, doors: bool = False
+) -> dict[int, Quorum]:
+    """Each client's quorum; with ``doors``, each has a door of its own (evidence, bans)."""
     context = Context.of("run", [f"peer-{i}" for i in range(CLIENTS)])
     for state in cluster.states.values():
         for index, seat in state.members.seats.items():
@@ -31,7 +37,7 @@ def _quorums(cluster: Cluster, keys: list[Ed25519PrivateKey], banned: dict) -> d
         i: Quorum(
             cond=threading.Condition(),
             state=state,
-            door=SimpleNamespace(banned=banned),
+            door=Door(context, state.local_steps) if doors else SimpleNamespace(banned=banned),
             context=context,
             signing_key=keys[i],
             say=lambda text: None,
@@ -39,6 +45,14 @@ def _quorums(cluster: Cluster, keys: list[Ed25519PrivateKey], banned: dict) -> d
         )
         for i, state in cluster.states.items()
     }
+
+
+def _run(tiny, tmp_path: Path, doors: bool = False):  # noqa: F811
+    """A ring of CLIENTS peer states of one simulated run, their keys and quorums."""
+    sim = make_seedflood(tiny, make_topology("ring", CLIENTS), hops=1)
+    cluster = Cluster(sim, tmp_path, clients=CLIENTS)
+    keys = [Ed25519PrivateKey.generate() for _ in range(CLIENTS)]
+    return cluster, keys, _quorums(cluster, keys, banned={}, doors=doors)
 
 
 def _ask(quorums: dict[int, Quorum], caller: int, counts: list[int]):
@@ -55,10 +69,7 @@ def test_a_silent_member_is_removed_by_a_majority_and_the_rest_agree(
     tiny,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    sim = make_seedflood(tiny, make_topology("ring", CLIENTS), hops=1)
-    cluster = Cluster(sim, tmp_path, clients=CLIENTS)
-    keys = [Ed25519PrivateKey.generate() for _ in range(CLIENTS)]
-    quorums = _quorums(cluster, keys, banned={})
+    cluster, _, quorums = _run(tiny, tmp_path)
     for round_index in range(2):
         cluster.round(round_index)
     cluster.round(2, who=[0, 1, 2, 3])  # client 4 goes silent
@@ -99,10 +110,7 @@ def test_a_silent_member_is_removed_by_a_majority_and_the_rest_agree(
 
 
 def test_no_lone_member_stranger_or_holder_can_remove_anyone(tiny, tmp_path: Path) -> None:  # noqa: F811
-    sim = make_seedflood(tiny, make_topology("ring", CLIENTS), hops=1)
-    cluster = Cluster(sim, tmp_path, clients=CLIENTS)
-    keys = [Ed25519PrivateKey.generate() for _ in range(CLIENTS)]
-    quorums = _quorums(cluster, keys, banned={})
+    cluster, keys, quorums = _run(tiny, tmp_path)
     cluster.round(0)
     context = quorums[0].context
     # every voter holds client 4's messages: a lone member's signed removal is refused by all,
@@ -127,3 +135,110 @@ def test_no_lone_member_stranger_or_holder_can_remove_anyone(tiny, tmp_path: Pat
     cluster.round(1)
     assert all(s.members.seats[SILENT].gone_from is None for s in cluster.states.values())
     assert len({s.state_hash() for s in cluster.states.values()}) == 1
+
+
+EQUIVOCATOR = 4
+
+
+def _equivocation(cluster: Cluster, quorums: dict[int, Quorum], key: Ed25519PrivateKey):
+    """Client 4's messages of round 1, signed, and a second signed version with the scalars
+    negated; the honest peers receive and commit the first."""
+    messages, _ = cluster.states[EQUIVOCATOR].originate(1)
+    context = quorums[0].context
+    first = SignedBatch(EQUIVOCATOR, 1, tuple(messages)).sign(key, context)
+    negated = tuple(replace(m, scalar=-m.scalar) for m in messages)
+    return first, SignedBatch(EQUIVOCATOR, 1, negated).sign(key, context)
+
+
+def test_an_equivocator_is_removed_with_its_evidence_and_the_rest_agree(
+    tiny,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cluster, keys, quorums = _run(tiny, tmp_path, doors=True)
+    honest = [0, 1, 2, 3]
+    cluster.round(0)
+    first, second = _equivocation(cluster, quorums, keys[EQUIVOCATOR])
+    cluster.deliver(EQUIVOCATOR, first.messages)
+    cluster.round(1, who=honest)
+    # client 0 gets both versions: its door keeps the evidence (and bans no one)
+    door = quorums[0].door
+    members, context = cluster.states[0].members, quorums[0].context
+    assert door.judge("peer-1", context, first, members, 0) is Verdict.ACCEPTED
+    assert door.judge("peer-2", context, second, members, 0) is Verdict.EQUIVOCATION
+    assert not door.banned and door.equivocations[EQUIVOCATOR].proves(
+        context, members.seats[EQUIVOCATOR].key
+    )
+    quorums[0].propose_equivocators()
+    removal = quorums[0].open[EQUIVOCATOR]
+    local_steps = cluster.states[0].local_steps
+    assert removal.from_step == equivocation_step(removal.evidence, local_steps, 0)
+    assert removal.from_step == (1 + 2 * window_rounds(0)) * local_steps
+    # the evidence travels: voters that never saw the second version sign without waiting
+    asked: list[int] = []
+    decided = quorums[0].gather(removal, _ask(quorums, 0, asked))
+    assert decided is not None and len(asked) == 2
+    wire = Frame({"removals": [decided.to_wire()]}).encode()
+    removals, bad = read_removals(Frame.decode(wire).header["removals"])
+    assert bad == 0 and removals[0].evidence is not None
+    for i in (1, 2, 3):
+        quorums[i].take(removals)
+        assert cluster.states[i].members.seats[EQUIVOCATOR].gone_from == removal.from_step
+    assert EQUIVOCATOR in quorums[1].door.equivocations  # the evidence travelled
+    # the equivocator's messages count until the removal's step, and not after
+    for round_index in range(2, removal.from_step // local_steps):
+        cluster.round(round_index)
+    for round_index in range(
+        removal.from_step // local_steps, removal.from_step // local_steps + 2
+    ):
+        cluster.round(round_index, who=honest)
+    states = [cluster.states[i] for i in honest]
+    assert len({s.state_hash() for s in states}) == 1
+    assert {s.committed_step for s in states} == {removal.from_step + 2 * local_steps - 1}
+    assert not any(s.divergences for s in states)
+    record = quorums[2].record()["decided"][0]
+    assert record["client"] == EQUIVOCATOR and record["evidence_round"] == 1
+
+
+def test_false_or_misplaced_evidence_removes_no_one(tiny, tmp_path: Path) -> None:  # noqa: F811
+    cluster, keys, quorums = _run(tiny, tmp_path, doors=True)
+    cluster.round(0)
+    context = quorums[0].context
+    first, second = _equivocation(cluster, quorums, keys[EQUIVOCATOR])
+    step = equivocation_step(Equivocation(first, second), cluster.states[0].local_steps, 0)
+    forged = replace(second, signature=b"").sign(keys[1], context)  # a member's key, not 4's
+    cases = {
+        "the evidence proves no equivocation": [
+            Removal(EQUIVOCATOR, step, evidence=Equivocation(first, forged)),
+            Removal(EQUIVOCATOR, step, evidence=Equivocation(first, first)),
+            Removal(3, step, evidence=Equivocation(first, second)),  # evidence against another
+        ],
+        "not the step the evidence fixes": [
+            Removal(EQUIVOCATOR, step - 1, evidence=Equivocation(first, second))
+        ],
+    }
+    for reason, removals in cases.items():
+        for removal in removals:
+            proposal = removal.signed(keys[0], context, 0)
+            reply = quorums[1].on_decide("peer-0", Frame({"removal": proposal.to_wire()}).encode())
+            assert Frame.decode(reply).header == {"refused": reason}
+    assert quorums[1].counts["false_evidence"] == 3 and not quorums[1].door.banned
+    assert all(s.gone_from is None for s in cluster.states[1].members.seats.values())
+    # evidence that arrives after its step was committed is counted and proposes nothing
+    quorums[2].door.equivocations[EQUIVOCATOR] = Equivocation(first, second)
+    cluster.states[2].committed_step = step
+    quorums[2].propose_equivocators()
+    assert not quorums[2].open and quorums[2].counts["stale_evidence"] == 1
+
+
+def test_a_proposer_promising_several_removals_decides_none_alone(tiny, tmp_path: Path) -> None:  # noqa: F811
+    cluster, _, quorums = _run(tiny, tmp_path)
+    cluster.round(0)
+    cluster.round(1, who=[0, 1])  # clients 2, 3 and 4 go silent at once
+    proposer = quorums[0]
+    proposer.propose()
+    assert sorted(proposer.open) == [2, 3, 4]
+    for index, removal in proposer.open.items():
+        # the proposer's own promises leave the electorate whole: 4 voters, 3 signatures needed
+        assert proposer._voters(removal) == [i for i in range(CLIENTS) if i != index]
+        assert proposer.gather(removal, lambda peer, data: None) is None
+    assert proposer.decided == {} and proposer.counts["removal_short_of_quorum"] == 3

@@ -18,6 +18,7 @@ import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from seedflood.peers.admission import ConfigRecordError, SharedConfig
@@ -318,6 +319,17 @@ class Exchange:
         self.door.batches[(batch.origin, batch.round)] = batch
         self.store.add([batch])
         return batch
+
+    def equivocate(self, targets: dict[int, str], batch: SignedBatch) -> None:
+        """Misbehave on purpose, for tests: push ``batch`` to half of ``targets`` and another
+        version of it, its scalars negated and signed too, to the other half."""
+        negated = tuple(replace(m, scalar=-m.scalar) for m in batch.messages)
+        other = SignedBatch(batch.origin, batch.round, negated, dict(batch.controls))
+        other.sign(self.signing_key, self.context)
+        order = sorted(targets)
+        half = {i: targets[i] for i in order[: len(order) // 2]}
+        self.push(half, [batch], [])
+        self.push({i: targets[i] for i in order if i not in half}, [other], [])
 
     def push(
         self, targets: dict[int, str], batches: list[SignedBatch], removals: list[Removal]

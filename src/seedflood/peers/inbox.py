@@ -16,7 +16,10 @@ Verdicts, per (origin, round) batch, in this order:
 
 Honest peers verify before they forward, so whoever delivers a rejected batch is the offender
 and is banned: its frames are dropped and nothing is pushed to it. Equivocation is the one
-exception: an honest forwarder may hold the origin's other version, so the origin is banned.
+exception: an honest forwarder may hold the origin's other version, so no one is banned; the two
+signed versions are kept (``equivocations``) as the evidence that removes the origin by quorum
+(`seedflood.peers.quorum`). Until that removal's step the run still needs the origin's
+messages, so its frames are still read.
 
 Before any of these, a batch must lie in the step window (`window_end`): no honest peer is ever
 more than ``2 · staleness + 1`` rounds ahead of another member's next round, so a batch further
@@ -49,6 +52,7 @@ from seedflood.peers.crypto import (
     group_batches,
     parse_public,
 )
+from seedflood.peers.removals import Equivocation
 from seedflood.peers.state import Members
 from seedflood.protocol.messages import decode_packet, encode_packet
 
@@ -134,6 +138,7 @@ class Door:
         self.rejected: dict[str, int] = {str(v): 0 for v in REJECTIONS}
         self.banned: dict[str, str] = {}
         self.waiting: list[tuple[str, Context, SignedBatch]] = []
+        self.equivocations: dict[int, Equivocation] = {}
 
     def check(self, stated: Context, batch: SignedBatch, members: Members) -> Checked:
         """The signature check, the costly part of a verdict; safe without the node's lock
@@ -172,11 +177,13 @@ class Door:
         elif verdict is Verdict.ACCEPTED:
             self.batches[(batch.origin, batch.round)] = batch
         elif verdict in REJECTIONS:
-            offender = deliverer
-            if verdict is Verdict.EQUIVOCATION:
-                offender = members.seats[batch.origin].peer_id
             reason = f"{verdict} batch of client {batch.origin}, round {batch.round}"
-            self.refuse(offender, str(verdict), reason)
+            if verdict is Verdict.EQUIVOCATION:
+                held = self.batches[(batch.origin, batch.round)]
+                self.equivocations.setdefault(batch.origin, Equivocation(held, batch))
+                self.refuse(deliverer, str(verdict))
+            else:
+                self.refuse(deliverer, str(verdict), reason)
         return verdict
 
     def _verdict(

@@ -26,19 +26,24 @@ from typing import Any
 
 import torch
 
-from seedflood import __version__
 from seedflood.build import Parts, build_parts, compute_device, run_direction, run_precision
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
-from seedflood.learning.models import save_model, state_hash
+from seedflood.learning.models import state_hash
 from seedflood.learning.schedules import eps_schedule, lr_schedule
-from seedflood.learning.scoring import accuracy, majority_rate
 from seedflood.peers.batch_exchange import Exchange, open_link
 from seedflood.peers.crypto import Context, load_or_create_key, public_hex
 from seedflood.peers.inbox import BatchStore, Door
 from seedflood.peers.membership import MembershipError, check_run_id
-from seedflood.peers.options import PeerError, PeerOptions, Say, silent_from
+from seedflood.peers.options import (
+    EQUIVOCATE_VARIABLE,
+    SILENT_VARIABLE,
+    PeerError,
+    PeerOptions,
+    Say,
+    fault_round,
+)
 from seedflood.peers.p2p import (
     FLOOD_PROTOCOL,
     JOIN_PROTOCOL,
@@ -46,13 +51,12 @@ from seedflood.peers.p2p import (
     EventLoopThread,
     Handler,
 )
+from seedflood.peers.peer_results import PeerRecords
 from seedflood.peers.quorum import DECIDE_PROTOCOL, Quorum
 from seedflood.peers.seats import Seating, start_dht
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
-from seedflood.protocol.guard import DivergenceGuard, guard_record
-from seedflood.protocol.ledger import write_manifest
-from seedflood.protocol.traffic import EdgeTraffic, edge_summary
+from seedflood.protocol.guard import DivergenceGuard
 from seedflood.zo import SubCGEDirection
 
 __all__ = ["Node", "PeerError", "PeerOptions", "peer_state", "run_peer"]
@@ -111,7 +115,7 @@ class RoundClock:
         return max(self.floor, statistics.median(self.durations) if self.durations else 0.0)
 
 
-class Node:
+class Node(PeerRecords):
     """One peer process: the state, the link, its seating and exchange, and the loops that
     drive them. One lock (``cond``) guards the state and what seating and exchange keep."""
 
@@ -124,6 +128,7 @@ class Node:
         self.history: list[dict[str, Any]] = []
         self.stopping = threading.Event()
         self.longest_stall = 0.0
+        self.last_removal = time.monotonic()
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -237,19 +242,26 @@ class Node:
         """Commit what arrives until ``ready``; pull after a few round times without progress,
         and have members that stall the run removed by quorum after longer. Each commit may
         settle batches that waited at the door for their origin's admission."""
-        since = last_pull = last_note = last_removal = time.monotonic()
+        since = last_pull = last_note = time.monotonic()
         while True:
             with self.cond:
+                before = self.state.committed_step
                 if self.state.commit():
                     self.longest_stall = max(self.longest_stall, time.monotonic() - since)
                     since = last_pull = time.monotonic()
+                    if self.state.members.last_step_passed(before, self.state.committed_step):
+                        self.seating.rewire()
+                self.quorum.stalled_since = since
+                caught = self.quorum.evidence_pending()
                 settled = self.exchange.settled() if self.door.waiting else []
                 targets = dict(self.seating.neighbors)
                 finished = ready() or self.state.tripped is not None
-                if not finished and not settled:
+                if not finished and not settled and not caught:
                     self.cond.wait(0.05)
             if settled:
                 self.exchange.push(targets, settled, [])
+            if caught:  # an equivocator is removed at once, not after a stall
+                self._remove_stalling(time.monotonic())
             if finished:
                 return
             now, typical = time.monotonic(), self.clock.typical()
@@ -257,13 +269,12 @@ class Node:
                 self.exchange.pull(self.seating.others())
                 last_pull = time.monotonic()
             with self.cond:
-                self.quorum.stalled_since = since
                 self.quorum.patience = max(
                     self.options.silent_rounds * typical, 3 * self.options.ttl
                 )
-            if now - last_removal > max(typical, 1.0):
+            if now - self.last_removal > max(typical, 1.0):  # across waits: retries go on
                 self._remove_stalling(now)
-                last_removal = time.monotonic()
+                self.last_removal = time.monotonic()
             if now - last_note > 30:
                 with self.cond:
                     missing = self.state.missing()
@@ -274,9 +285,11 @@ class Node:
 
     def _remove_stalling(self, now: float) -> None:
         """Propose removing the members this peer has waited on too long (after one more pull,
-        so that a removal cuts off no message someone still holds), and gather co-signatures
-        for the removals still open; flood the ones a majority decided."""
+        so that a removal cuts off no message someone still holds) and the members this peer
+        caught equivocating, and gather co-signatures for the removals still open; flood the
+        ones a majority decided."""
         with self.cond:
+            self.quorum.propose_equivocators()
             due = self.quorum.should_propose(now)
         if due:
             self.exchange.pull(self.seating.others())
@@ -318,7 +331,8 @@ class Node:
             )
             self.say(f"zero-shot test accuracy {self.zero_shot:.4f}")
         train_seconds = 0.0
-        silent = silent_from(self.say)
+        silent = fault_round(SILENT_VARIABLE, "silent from", self.say)
+        equivocate = fault_round(EQUIVOCATE_VARIABLE, "equivocating in", self.say)
         next_round = max(
             state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
         )
@@ -335,13 +349,16 @@ class Node:
                 self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
                 targets = dict(self.seating.neighbors)
                 batch = self.exchange.sign_own(next_round, messages)
-            self.exchange.push(targets, [batch], [])
+            if next_round == equivocate:
+                self.exchange.equivocate(targets, batch)
+            else:
+                self.exchange.push(targets, [batch], [])
             done = next_round + 1
             record = {"round": done, "train_loss": sum(losses) / len(losses)}
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):
                 self._wait(lambda d=done: state.committed_step >= d * self.local_steps - 1, "eval")
                 train_seconds += time.monotonic() - round_started
-                record["accuracy"] = self._accuracy(self.parts.val)
+                record["accuracy"] = self.accuracy(self.parts.val)
                 round_started = time.monotonic()
                 self.history.append({**record, "train_seconds": train_seconds})
                 atomic_write_jsonl(self.options.out_dir / "history.jsonl", self.history)
@@ -358,31 +375,12 @@ class Node:
         self._wait(lambda: state.committed_step >= last_step, "the last step")
         if state.tripped is not None:
             self.say(state.tripped.explain(state.lr(state.tripped.step)))
-        results = {**self._results(started, train_seconds), **self._hand_out()}
+        results = {**self.peer_results(started, train_seconds), **self.hand_out()}
         self.seating.finish()
         self._linger()
-        results.update(self._traffic())
+        results.update(self.traffic())
         atomic_write_json(self.options.out_dir / "results.json", results)
         return results
-
-    def _hand_out(self) -> dict[str, Any]:
-        """The committed model in STATE_DIR/model and the ledger's manifest beside its log, so
-        that `seedflood replay STATE_DIR` rebuilds the model from the log alone."""
-        state, state_dir = self.state, self.options.state_dir
-        with self.cond:
-            state.log.sync()
-            manifest = write_manifest(
-                state_dir,
-                self.config.model_dump(mode="json"),
-                local_steps=self.local_steps,
-                warmup_steps=self.config.warmup,
-                base_hash=self.base_hash,
-                state_hash=state.state_hash(),
-                messages=len(state.log),
-            )
-            if self.config.save_model:
-                save_model(self.parts.model, self.parts.tokenizer, state_dir / "model")
-        return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
     def _linger(self) -> None:
         """Keep serving until every live member has finished too: a neighbour that restarted or
@@ -396,68 +394,6 @@ class Node:
                 return
             time.sleep(0.2)
         self.say(f"stopped waiting for the other peers to finish after {self.options.linger:g} s")
-
-    def _traffic(self) -> dict[str, Any]:
-        with self.cond:
-            edges = {key: EdgeTraffic(**vars(edge)) for key, edge in self.exchange.edges.items()}
-        counters = self.link.counters
-        return {
-            **edge_summary(edges),
-            "edges": [
-                [s, r, e.bytes, e.messages, e.packets, e.header_bytes]
-                for (s, r), e in sorted(edges.items())
-            ],
-            "repair_bytes_sent": counters.sent.get(SYNC_PROTOCOL, 0),
-            "repair_bytes_received": counters.received.get(SYNC_PROTOCOL, 0),
-            "wire_bytes_sent": sum(counters.sent.values()),
-            "signature_bytes_sent": self.exchange.signature_bytes,
-            "link_faults": self.link.fault_counts(),
-        }
-
-    def _accuracy(self, examples: list) -> float:
-        config = self.config
-        return accuracy(self.state.model, examples, self.parts.pad_id, config.eval_batch_size)
-
-    def _results(self, started: float, train_seconds: float) -> dict[str, Any]:
-        state, config, parts = self.state, self.config, self.parts
-        results: dict[str, Any] = {
-            "kind": "peer",
-            "method": config.name,
-            "version": __version__,
-            "run_id": self.options.run_id,
-            "client": state.me,
-            "peer_id": self.seating.membership.me.peer_id,
-            "state_hash": state.state_hash(),
-            "committed_step": state.committed_step,
-            "clipped_messages": state.clip.clipped if state.clip is not None else 0,
-            "saturated_scalars": state.saturated,
-            "refused_admissions": state.refused_admissions,
-            "guard": guard_record(state.guard, state.tripped),
-            "rounds": config.rounds,
-            "steps": config.rounds * self.local_steps,
-            "clients": config.clients,
-            "topology": config.topology,
-            "members": state.members.to_json(),
-            "divergences": state.divergences,
-            "replayed": state.replayed,
-            "rejected": dict(self.door.rejected),
-            "removals": self.quorum.record(),
-            "longest_stall_seconds": self.longest_stall,
-            "banned": dict(self.door.banned),
-            "messages_committed": len(state.committed),
-            "wall_seconds": time.perf_counter() - started,
-            "train_seconds": train_seconds,
-            "device": str(self.device),
-            "data_source": parts.data_source,
-            "config": config.model_dump(),
-        }
-        if self.options.evaluate:
-            results["zero_shot_accuracy"] = self.zero_shot
-            results["majority_accuracy"] = majority_rate(parts.test)
-            results["accuracy"] = self._accuracy(parts.test)
-        results.update(self._traffic())
-        atomic_write_json(self.options.out_dir / "results.json", results)
-        return results
 
     def stop(self) -> None:
         self.stopping.set()

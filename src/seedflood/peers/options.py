@@ -11,9 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SILENT_VARIABLE", "PeerError", "PeerOptions", "Say", "silent_from"]
+__all__ = [
+    "EQUIVOCATE_VARIABLE",
+    "SILENT_VARIABLE",
+    "PeerError",
+    "PeerOptions",
+    "Say",
+    "fault_round",
+]
 
 SILENT_VARIABLE = "SEEDFLOOD_SILENT_FROM_ROUND"
+EQUIVOCATE_VARIABLE = "SEEDFLOOD_EQUIVOCATE_AT_ROUND"
 
 Say = Callable[[str], None]
 
@@ -47,14 +55,15 @@ class PeerOptions:
     silent_rounds: float = 10.0
 
 
-def silent_from(say: Say) -> int | None:
-    """The round from which this peer goes silent on purpose (``$SEEDFLOOD_SILENT_FROM_ROUND``,
-    for tests of removal by quorum): it stays alive and keeps its DHT record, and sends
-    nothing more."""
-    text = os.environ.get(SILENT_VARIABLE, "")
+def fault_round(variable: str, doing: str, say: Say) -> int | None:
+    """The round at which this peer misbehaves on purpose, for tests of removal by quorum:
+    ``$SEEDFLOOD_SILENT_FROM_ROUND`` (it stays alive and keeps its DHT record, and sends nothing
+    more) or ``$SEEDFLOOD_EQUIVOCATE_AT_ROUND`` (it signs two versions of that round and sends
+    each to half of its neighbours)."""
+    text = os.environ.get(variable, "")
     if not text:
         return None
     if not text.isdigit():
-        raise PeerError(f"${SILENT_VARIABLE} must be a round number; got {text!r}")
-    say(f"silent from round {text} on purpose (${SILENT_VARIABLE})")
+        raise PeerError(f"${variable} must be a round number; got {text!r}")
+    say(f"{doing} round {text} on purpose (${variable})")
     return int(text)

@@ -12,6 +12,14 @@ the signer takes the removal into its own state at once, so it will never commit
 removal cuts off. Once a majority of the members expected at the step (the removed one aside)
 have signed, the removal is decided: it is flooded with the batches, and every peer checks the
 signatures against its own member table before it takes it.
+
+An equivocator is not waited for: any peer that holds two signed versions of one of its rounds
+proposes its removal at once, with that evidence, from a step fixed by the evidence alone
+(`equivocation_step`), so that every peer that saw the offence proposes the same decision, and
+far enough ahead that no honest member has committed it yet. A member signs it when the evidence
+verifies under the equivocator's key, whatever it holds of the equivocator: it drops those
+messages from that step on. Versions of the rounds before that step are committed as each peer
+received them first: where two honest peers took different ones, their hash claims say so.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from seedflood.peers.inbox import window_rounds
 from seedflood.peers.p2p import Frame, TransportError
-from seedflood.peers.removals import Removal, read_removals
+from seedflood.peers.removals import Equivocation, Removal, read_removals
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -34,9 +43,16 @@ if TYPE_CHECKING:
     from seedflood.peers.options import Say
     from seedflood.peers.state import PeerState
 
-__all__ = ["DECIDE_PROTOCOL", "Quorum"]
+__all__ = ["DECIDE_PROTOCOL", "Quorum", "equivocation_step"]
 
 DECIDE_PROTOCOL = "seedflood/decide/1"
+
+
+def equivocation_step(evidence: Equivocation, local_steps: int, staleness: int) -> int:
+    """The step an equivocator is removed from: two windows past the round it equivocated in.
+    Any honest peer holding a batch of that round had it within its window, so had not then
+    committed past the round's window end; two windows leave the removal time to be decided."""
+    return (evidence.round + 2 * window_rounds(staleness)) * local_steps
 
 
 class Quorum:
@@ -59,6 +75,10 @@ class Quorum:
         self.live_ids = live_ids
         self.decided: dict[int, Removal] = {}
         self.open: dict[int, Removal] = {}
+        self.stale_evidence: set[int] = set()
+        # Removals this peer promised (proposed or co-signed) and has not seen decided: their
+        # members still vote and sign, since a promise is not a decision.
+        self.promised: set[int] = set()
         self.counts: Counter[str] = Counter()
         self.stalled_since = time.monotonic()
         self.patience = float("inf")
@@ -67,10 +87,27 @@ class Quorum:
 
     def _key_of(self, index: int) -> str | None:
         seat = self.state.members.seats.get(index)
-        return seat.key if seat is not None and seat.gone_from is None else None
+        if seat is None or (seat.gone_from is not None and index not in self.promised):
+            return None
+        return seat.key
 
     def _voters(self, removal: Removal) -> list[int]:
-        return [i for i in self.state.members.expected(removal.from_step) if i != removal.index]
+        """The members expected at the removal's step, the removed one aside, by decisions
+        alone: this peer's own promises do not shrink the electorate, or one proposer that
+        promised several removals at once would make each need only its own signature."""
+        step = removal.from_step
+        return [
+            i
+            for i, seat in sorted(self.state.members.seats.items())
+            if i != removal.index
+            and (seat.expected_at(step) or (i in self.promised and seat.first_step <= step))
+        ]
+
+    def _promise(self, index: int, from_step: int) -> None:
+        """Take ``index`` as gone from ``from_step`` before the removal is decided: this peer
+        never commits a message the removal would cut off."""
+        self.state.depart(index, from_step)
+        self.promised.add(index)
 
     def _is_decided(self, removal: Removal) -> bool:
         return removal.decided(self.context, self._key_of, self._voters(removal))
@@ -86,6 +123,7 @@ class Quorum:
                 self.counts["undecided_removal"] += 1
                 continue
             self.decided[removal.index] = removal
+            self.promised.discard(removal.index)
             self.state.depart(removal.index, removal.from_step)
             self.say(f"client {removal.index} removed from step {removal.from_step} by quorum")
             news.append(removal)
@@ -101,6 +139,7 @@ class Quorum:
                     "from_step": r.from_step,
                     "signers": sorted(r.signers(self.context, self._key_of)),
                     "wire_bytes": len(json.dumps(r.to_wire(), separators=(",", ":"))),
+                    "evidence_round": r.evidence.round if r.evidence else None,
                 }
                 for r in self.decided.values()
             ]
@@ -122,6 +161,8 @@ class Quorum:
             return "" if seat.gone_from == removal.from_step else "removed from another step"
         if removal.from_step <= state.committed_step:
             return "step already committed"
+        if removal.evidence is not None:
+            return self._evidence_support(removal, removal.evidence, seat.key)
         if any(index in held for step, held in state.pending.items() if step >= removal.from_step):
             return "holds its message"
         if index not in state.missing():
@@ -129,6 +170,18 @@ class Quorum:
         waited = now - self.stalled_since >= self.patience / 2
         if not (waited or seat.peer_id in self.door.banned or seat.peer_id not in self.live_ids()):
             return "has not waited long enough"
+        return ""
+
+    def _evidence_support(self, removal: Removal, evidence: Equivocation, key: str) -> str:
+        """Why the evidence does not justify ``removal`` ("" when it does); when it does, this
+        peer keeps the evidence too."""
+        if evidence.origin != removal.index or not evidence.proves(self.context, key):
+            self.counts["false_evidence"] += 1
+            return "the evidence proves no equivocation"
+        state = self.state
+        if removal.from_step != equivocation_step(evidence, state.local_steps, state.staleness):
+            return "not the step the evidence fixes"
+        self.door.equivocations.setdefault(removal.index, evidence)
         return ""
 
     def on_decide(self, caller: str, data: bytes) -> bytes:
@@ -149,7 +202,7 @@ class Quorum:
             if reason:
                 return Frame({"refused": reason}).encode()
             signed = removal.signed(self.signing_key, self.context, self.state.me)
-            self.state.depart(removal.index, removal.from_step)
+            self._promise(removal.index, removal.from_step)
             self.cond.notify_all()
         self.say(f"signed the removal of client {removal.index} from step {removal.from_step}")
         return Frame({"removal": signed.to_wire()}).encode()
@@ -177,8 +230,39 @@ class Quorum:
         for index in state.missing():
             removal = Removal(index, state.last_step_of(index) + 1)
             self.open[index] = removal.signed(self.signing_key, self.context, state.me)
-            state.depart(index, removal.from_step)
+            self._promise(index, removal.from_step)
             self.say(f"proposing to remove client {index} from step {removal.from_step}")
+
+    def evidence_pending(self) -> bool:
+        """Whether this peer holds evidence against a member it has not yet proposed to remove
+        (nor found too late). Call under the lock."""
+        seats = self.state.members.seats
+        return any(
+            i in seats and seats[i].gone_from is None and i not in self.stale_evidence
+            for i in self.door.equivocations
+        )
+
+    def propose_equivocators(self) -> None:
+        """Sign and promise the removal of each member this peer holds evidence against, from
+        the step the evidence fixes; evidence that comes too late (that step is committed here)
+        is counted and left to the hash claims. Call under the lock."""
+        state = self.state
+        for index, evidence in self.door.equivocations.items():
+            seat = state.members.seats.get(index)
+            if seat is None or seat.gone_from is not None or index in self.stale_evidence:
+                continue  # unknown, already removed (or promised), or too late
+            from_step = equivocation_step(evidence, state.local_steps, state.staleness)
+            if from_step <= state.committed_step:
+                self.stale_evidence.add(index)
+                self.counts["stale_evidence"] += 1
+                continue
+            removal = Removal(index, from_step, evidence=evidence)
+            self.open[index] = removal.signed(self.signing_key, self.context, state.me)
+            self._promise(index, from_step)
+            self.say(
+                f"proposing to remove client {index} from step {from_step}: it equivocated in "
+                f"round {evidence.round}"
+            )
 
     def gather(self, removal: Removal, ask: Callable[[str, bytes], bytes | None]) -> Removal | None:
         """Ask the other voters to co-sign ``removal`` until a majority has; the decided

@@ -240,15 +240,19 @@ class Seating:
 
     def rewire(self) -> None:
         """Neighbours: the run's topology over the live members in index order, less any banned
-        peer (which leaves a hole: the topology is not recomputed around an offender)."""
+        peer (which leaves a hole: the topology is not recomputed around an offender). A member
+        removed from a step this peer has not committed yet still sends until then, so it keeps
+        its place; `Node` rewires again once its last step is committed."""
         state, door = self._table()
         seats = state.members.seats
+        needed = state.committed_step + 1
         live = sorted(
             i
             for i, seat in seats.items()
-            if seat.gone_from is None and (seat.peer_id in self.live_ids or i == state.me)
+            if (seat.gone_from is None or needed < seat.gone_from)
+            and (seat.peer_id in self.live_ids or i == state.me)
         )
-        if len(live) < 2:
+        if len(live) < 2 or state.me not in live:
             self.neighbors = {}
             return
         try:

@@ -95,6 +95,13 @@ class Members:
     def expected(self, step: int) -> list[int]:
         return sorted(i for i, seat in self.seats.items() if seat.expected_at(step))
 
+    def last_step_passed(self, before: int, after: int) -> bool:
+        """Whether some removed member's last step lies in (``before``, ``after``]."""
+        return any(
+            s.gone_from is not None and before < s.gone_from - 1 <= after
+            for s in self.seats.values()
+        )
+
     def next_index(self) -> int:
         return max(self.seats, default=-1) + 1
 
