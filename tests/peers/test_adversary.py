@@ -1,8 +1,10 @@
 """A stranger attacks a live run of real peers: it pushes evictions, asks for seats it may not
 have, floods oversized and endless frames, pulls for amplification and rewrites the run's DHT
-records. The honest peers refuse all of it by count, stay small, and finish on the simulator's
-model. The attacker is built from the project's own link (`seedflood.peers.p2p.Link`) over a
-hivemind node of its own, without the record validator."""
+records; a member signs batches far ahead and pushes phantom tables. The honest peers refuse all
+of it by count, stay small, and finish on the simulator's model. The stranger is built from the
+project's own link (`seedflood.peers.p2p.Link`) over a hivemind node of its own, without the
+record validator; the member is a `seedflood peer` told to misbehave
+(`$SEEDFLOOD_HOSTILE_AT_ROUND`)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from seedflood.config import load_config  # noqa: E402
 from seedflood.peers.admission import SharedConfig  # noqa: E402
 from seedflood.peers.crypto import join_proof, public_hex  # noqa: E402
+from seedflood.peers.inbox import BatchStore  # noqa: E402
 from seedflood.peers.launch import merge_results, peer_threads  # noqa: E402
 from seedflood.peers.membership import Membership, owned_subkey  # noqa: E402
+from seedflood.peers.options import HOSTILE_VARIABLE  # noqa: E402
 from seedflood.peers.p2p import (  # noqa: E402
     FLOOD_PROTOCOL,
     JOIN_PROTOCOL,
@@ -32,6 +36,7 @@ from seedflood.peers.p2p import (  # noqa: E402
     Frame,
     Link,
 )
+from seedflood.protocol.message_log import MessageLog  # noqa: E402
 from tests.peers.test_node import PacedPeers, simulated_hash, wait_until, write_config  # noqa: E402
 
 PEERS, ROUNDS = 4, 240  # 0.25 s a round: the attacks land while the run goes on
@@ -155,4 +160,34 @@ def test_a_stranger_cannot_evict_join_flood_amplify_or_rewrite_a_run(
     heard = refusals.get("not_member_caller", 0) + refusals.get("banned_caller", 0)
     assert heard == sent["flood"] + sent["sync"] + sent["oversized"]
     assert all(after - before < 64 for before, after in zip(rss_before, rss_after, strict=True))
+    assert all(p["longest_stall_seconds"] < 10.0 for p in results["peers"])
+
+
+def test_a_hostile_member_cannot_crash_stall_or_steer_the_others(data_dir, tmp_path: Path) -> None:
+    """A member (allowlisted, otherwise honest) signs batches for step 600,000 and 10^12 and
+    pushes a members table with a phantom seat and an unsigned eviction: every honest peer
+    refuses the batches by count, reads neither field, and all end on the simulator's model."""
+    hostile, rounds = 1, 20
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=PEERS, rounds=rounds)
+    with PacedPeers(config_file, "hostile", tmp_path / "out", allowlist=PEERS) as peers:
+        for k in range(PEERS):
+            peers.start(k, {HOSTILE_VARIABLE: "5"} if k == hostile else None)
+        peers.finish()
+    results = merge_results(tmp_path / "out", [peers.dir(k) for k in range(PEERS)])
+    assert results["consensus"] and results["state_hash"] == simulated_hash(
+        config_file, peer_threads(PEERS)
+    )
+    assert all(p["committed_step"] == rounds - 1 for p in results["peers"])
+    honest = [p for p in results["peers"] if p["client"] != results["peers"][hostile]["client"]]
+    # its two neighbours each refused both far batches; no one forwarded them further
+    assert sum(p["rejected"].get("beyond_window", 0) for p in honest) == 4
+    assert all(p["removals"]["decided"] == [] and not p["banned"] for p in honest)
+    for k in range(PEERS):
+        seats = json.loads((peers.dir(k) / "state" / "members.json").read_text())
+        assert sorted(seats) == [str(i) for i in range(PEERS)]
+        assert all(seat["gone_from"] is None for seat in seats.values())
+        state = peers.dir(k) / "state"
+        stored = BatchStore(state / "batches.jsonl").load()
+        assert stored and max(b.round for b in stored) < rounds  # never held or stored
+        assert max(m.step for m in MessageLog(state / "messages.log").messages(0)) < rounds
     assert all(p["longest_stall_seconds"] < 10.0 for p in results["peers"])

@@ -331,6 +331,21 @@ class Exchange:
         self.push(half, [batch], [])
         self.push({i: targets[i] for i in order if i not in half}, [other], [])
 
+    def attack(self, targets: dict[int, str]) -> None:
+        """Misbehave on purpose, for tests, as a member may: push signed batches of this peer's
+        own for step 600,000 and step 10^12, and a frame whose header carries a members table
+        with a phantom seat and an unsigned eviction of client 0, fields no honest peer reads."""
+        me = self.state.me
+        far = [
+            SignedBatch(me, step // self.state.local_steps, (Message(step, me, 1.0),))
+            for step in (600_000, 10**12)
+        ]
+        for batch in far:
+            batch.sign(self.signing_key, self.context)
+        self.push(targets, far, [])
+        phantom = {"members": {"99": ["QmPhantom", 0, None, ""]}, "gone": [[0, 0]]}
+        self.link.push({peer: Frame(phantom).encode() for peer in targets.values()})
+
     def push(
         self, targets: dict[int, str], batches: list[SignedBatch], removals: list[Removal]
     ) -> None:

@@ -38,6 +38,7 @@ from seedflood.peers.inbox import BatchStore, Door
 from seedflood.peers.membership import MembershipError, check_run_id
 from seedflood.peers.options import (
     EQUIVOCATE_VARIABLE,
+    HOSTILE_VARIABLE,
     SILENT_VARIABLE,
     PeerError,
     PeerOptions,
@@ -333,6 +334,7 @@ class Node(PeerRecords):
         train_seconds = 0.0
         silent = fault_round(SILENT_VARIABLE, "silent from", self.say)
         equivocate = fault_round(EQUIVOCATE_VARIABLE, "equivocating in", self.say)
+        hostile = fault_round(HOSTILE_VARIABLE, "attacking in", self.say)
         next_round = max(
             state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
         )
@@ -353,6 +355,8 @@ class Node(PeerRecords):
                 self.exchange.equivocate(targets, batch)
             else:
                 self.exchange.push(targets, [batch], [])
+            if next_round == hostile:
+                self.exchange.attack(targets)
             done = next_round + 1
             record = {"round": done, "train_loss": sum(losses) / len(losses)}
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):

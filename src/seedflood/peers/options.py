@@ -13,6 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "EQUIVOCATE_VARIABLE",
+    "HOSTILE_VARIABLE",
     "SILENT_VARIABLE",
     "PeerError",
     "PeerOptions",
@@ -22,6 +23,7 @@ __all__ = [
 
 SILENT_VARIABLE = "SEEDFLOOD_SILENT_FROM_ROUND"
 EQUIVOCATE_VARIABLE = "SEEDFLOOD_EQUIVOCATE_AT_ROUND"
+HOSTILE_VARIABLE = "SEEDFLOOD_HOSTILE_AT_ROUND"
 
 Say = Callable[[str], None]
 
@@ -58,8 +60,10 @@ class PeerOptions:
 def fault_round(variable: str, doing: str, say: Say) -> int | None:
     """The round at which this peer misbehaves on purpose, for tests of removal by quorum:
     ``$SEEDFLOOD_SILENT_FROM_ROUND`` (it stays alive and keeps its DHT record, and sends nothing
-    more) or ``$SEEDFLOOD_EQUIVOCATE_AT_ROUND`` (it signs two versions of that round and sends
-    each to half of its neighbours)."""
+    more), ``$SEEDFLOOD_EQUIVOCATE_AT_ROUND`` (it signs two versions of that round and sends
+    each to half of its neighbours) or ``$SEEDFLOOD_HOSTILE_AT_ROUND`` (beside its honest batch
+    it pushes signed batches far in the future, a members table with a phantom seat and an
+    unsigned eviction)."""
     text = os.environ.get(variable, "")
     if not text:
         return None
