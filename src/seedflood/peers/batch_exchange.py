@@ -331,13 +331,15 @@ class Exchange:
         self.push(half, [batch], [])
         self.push({i: targets[i] for i in order if i not in half}, [other], [])
 
-    def attack(self, targets: dict[int, str]) -> None:
+    def attack(self, targets: dict[int, str], round_index: int) -> None:
         """Misbehave on purpose, for tests, as a member may: push signed batches of this peer's
-        own for step 600,000 and step 10^12, and a frame whose header carries a members table
-        with a phantom seat and an unsigned eviction of client 0, fields no honest peer reads."""
-        me = self.state.me
+        own for step 600,000 and step 10^12; a frame whose header carries a members table with
+        a phantom seat and an unsigned eviction of client 0, fields no honest peer reads; and
+        last a batch of the next round under a signature that does not verify, which gets this
+        peer banned by every neighbour."""
+        me, local_steps = self.state.me, self.state.local_steps
         far = [
-            SignedBatch(me, step // self.state.local_steps, (Message(step, me, 1.0),))
+            SignedBatch(me, step // local_steps, (Message(step, me, 1.0),))
             for step in (600_000, 10**12)
         ]
         for batch in far:
@@ -345,6 +347,9 @@ class Exchange:
         self.push(targets, far, [])
         phantom = {"members": {"99": ["QmPhantom", 0, None, ""]}, "gone": [[0, 0]]}
         self.link.push({peer: Frame(phantom).encode() for peer in targets.values()})
+        step = (round_index + 1) * local_steps
+        forged = SignedBatch(me, round_index + 1, (Message(step, me, 1.0),), signature=bytes(64))
+        self.push(targets, [forged], [])
 
     def push(
         self, targets: dict[int, str], batches: list[SignedBatch], removals: list[Removal]

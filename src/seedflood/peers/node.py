@@ -356,7 +356,7 @@ class Node(PeerRecords):
             else:
                 self.exchange.push(targets, [batch], [])
             if next_round == hostile:
-                self.exchange.attack(targets)
+                self.exchange.attack(targets, next_round)
             done = next_round + 1
             record = {"round": done, "train_loss": sum(losses) / len(losses)}
             if self.options.evaluate and (done % config.eval_every == 0 or done == config.rounds):

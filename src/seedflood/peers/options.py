@@ -62,8 +62,8 @@ def fault_round(variable: str, doing: str, say: Say) -> int | None:
     ``$SEEDFLOOD_SILENT_FROM_ROUND`` (it stays alive and keeps its DHT record, and sends nothing
     more), ``$SEEDFLOOD_EQUIVOCATE_AT_ROUND`` (it signs two versions of that round and sends
     each to half of its neighbours) or ``$SEEDFLOOD_HOSTILE_AT_ROUND`` (beside its honest batch
-    it pushes signed batches far in the future, a members table with a phantom seat and an
-    unsigned eviction)."""
+    it pushes signed batches far in the future, a members table with a phantom seat, an
+    unsigned eviction, and a forged batch that gets it banned)."""
     text = os.environ.get(variable, "")
     if not text:
         return None
