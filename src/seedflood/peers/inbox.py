@@ -176,14 +176,13 @@ class Door:
             self.waiting = [*self.waiting[-WAITING_KEPT + 1 :], (deliverer, stated, batch)]
         elif verdict is Verdict.ACCEPTED:
             self.batches[(batch.origin, batch.round)] = batch
+        elif verdict is Verdict.EQUIVOCATION:  # no ban: the two versions are the evidence
+            held = self.batches[(batch.origin, batch.round)]
+            self.equivocations.setdefault(batch.origin, Equivocation(held, batch))
+            self.count(str(verdict))
         elif verdict in REJECTIONS:
             reason = f"{verdict} batch of client {batch.origin}, round {batch.round}"
-            if verdict is Verdict.EQUIVOCATION:
-                held = self.batches[(batch.origin, batch.round)]
-                self.equivocations.setdefault(batch.origin, Equivocation(held, batch))
-                self.refuse(deliverer, str(verdict))
-            else:
-                self.refuse(deliverer, str(verdict), reason)
+            self.refuse(deliverer, str(verdict), reason)
         return verdict
 
     def _verdict(

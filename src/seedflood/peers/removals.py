@@ -101,10 +101,9 @@ class Removal:
         """Both removals' signatures on the same decision (the same index and step)."""
         if (other.index, other.from_step) != (self.index, self.from_step):
             raise ValueError("only signatures of one removal can be merged")
-        merged = self if self.evidence or not other.evidence else other
-        for by, signature in other.signatures + self.signatures:
-            merged = merged.with_signature(by, signature)
-        return merged
+        signatures = {**dict(self.signatures), **dict(other.signatures)}
+        evidence = self.evidence or other.evidence
+        return Removal(self.index, self.from_step, tuple(sorted(signatures.items())), evidence)
 
     def signers(self, context: Context, key_of: Callable[[int], str | None]) -> set[int]:
         """The members whose signature verifies under the key ``key_of`` gives (None for one
