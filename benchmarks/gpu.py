@@ -7,13 +7,17 @@ repetitions, --reps repetitions of
 
 - the plain forward: the sequences one SeedFlood round forwards (each client's batch twice, for
   x ± εu), in the chunks and padding the round uses (`shared_losses`), through the model alone;
+- the same sequences as one batch padded to the longest;
+- the round's forwards alone (`SeedFlood.estimates`);
 - the round: `SeedFlood.run_round` with hops = diameter, the same forwards with every client's
   perturbation added by the correction hooks, then flooding and the commit;
 
 with ``torch.cuda.synchronize()`` around each, and writes their medians, the ratio round / plain
-forward, the padding of those forwards and the peak GPU memory to OUT/gpu.json with the device
-name and the torch version. --profile runs one more round per row under torch.profiler and keeps
-the operations with the most self time (GPU time on a GPU) in the row.
+forward, the padding of those forwards, the peak GPU memory and how often one more round made
+the CPU wait for the GPU (and from which lines) to OUT/gpu.json with the device name and the
+torch version, row by row. --tokens sets the padded tokens per forward (the device's default
+otherwise, `batched.forward_tokens`). --profile runs one more round per row under torch.profiler,
+once every row is timed, and keeps the operations with the most self time (GPU time on a GPU).
 
 Batches come from SST-2 in $SEEDFLOOD_DATA_DIR when it holds sst2/, else from the synthetic
 SST-2-shaped task (short phrases: fewer tokens than SST-2). The tokenizer is SmolLM2's, from
@@ -40,9 +44,14 @@ Here, a smoke test (tests/test_gpu_bench.py runs a smaller one):
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
+import itertools
 import statistics
 import tempfile
 import time
+import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +61,7 @@ import transformers
 from timing import machine
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from seedflood.algorithms.batched import padding, shared_losses
+from seedflood.algorithms.batched import forward_tokens, padding, shared_losses
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.build import build_parts, run_precision
 from seedflood.config import RunConfig
@@ -130,31 +139,64 @@ def top_operations(algorithm: SeedFlood, round_index: int, device: torch.device)
     ]
 
 
+def synchronizations(action: Callable[[], object], device: torch.device) -> dict[str, Any]:
+    """How often ``action`` makes the CPU wait for the GPU (torch's sync debug mode), and from
+    which lines: each wait stops the CPU from queueing work ahead of the GPU."""
+    if device.type != "cuda":
+        return {"count": 0, "where": {}}
+    where: collections.Counter[str] = collections.Counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            action()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    for warning in caught:
+        if "synchroniz" in str(warning.message):
+            where[f"{Path(warning.filename).name}:{warning.lineno}"] += 1
+    return {"count": sum(where.values()), "where": dict(where.most_common(10))}
+
+
 def measure(
-    model: LlamaForCausalLM, config: RunConfig, args: argparse.Namespace, device: torch.device
-) -> dict[str, Any]:
-    """One row: the plain forward and the round at ``config``'s clients and precision."""
+    model: LlamaForCausalLM,
+    config: RunConfig,
+    tokens: int,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> tuple[dict[str, Any], SeedFlood]:
+    """One row: the plain forward and the round at ``config``'s clients and precision, with
+    ``tokens`` padded tokens per forward; and the algorithm, for a profile once every row is
+    timed (a profile takes longer than the row)."""
     with device, run_precision(config, device):
         parts = build_parts(config, device)
         parts.model = model
         algorithm = build_algorithm(config, parts)
         assert isinstance(algorithm, SeedFlood)
+        algorithm.tokens_per_forward = tokens
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        plain, rounds, real, padded = [], [], 0, 0
+        plain, one_batch, estimates, rounds, real, padded = [], [], [], [], 0, 0
         for index in range(args.warmup + args.reps):
             step = index * algorithm.local_steps
             batches = [algorithm.batch(c, step) for c in range(config.clients) for _ in "+-"]
-            plain.append(timed(lambda b=batches: shared_losses(model, b, parts.pad_id), device))
+            for times, budget in ((plain, tokens), (one_batch, 1 << 30)):
+                forward = functools.partial(shared_losses, model, batches, parts.pad_id, budget)
+                times.append(timed(forward, device))
+            estimates.append(timed(lambda s=step: algorithm.estimates(s), device))
             rounds.append(timed(lambda i=index: algorithm.run_round(i), device))
-            real, padded = padding(batches)
-        plain, rounds = plain[args.warmup :], rounds[args.warmup :]
+            real, padded = padding(batches, tokens)
+        plain, one_batch = plain[args.warmup :], one_batch[args.warmup :]
+        estimates, rounds = estimates[args.warmup :], rounds[args.warmup :]
         row: dict[str, Any] = {
             "clients": config.clients,
             "dtype": config.dtype,
+            "tokens_per_forward": tokens,
             "plain_forward_seconds": statistics.median(plain),
             "round_seconds": statistics.median(rounds),
             "ratio": statistics.median(rounds) / statistics.median(plain),
+            "estimates_seconds": statistics.median(estimates),
+            "one_batch_forward_seconds": statistics.median(one_batch),
             "plain_forward_all": plain,
             "round_all": rounds,
             "sequences": 2 * config.clients * config.batch_size,
@@ -164,9 +206,9 @@ def measure(
         }
         if device.type == "cuda":
             row["peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-        if args.profile:
-            row["profile"] = top_operations(algorithm, args.warmup + args.reps, device)
-    return row
+        after = args.warmup + args.reps
+        row["synchronizations"] = synchronizations(lambda: algorithm.run_round(after), device)
+    return row, algorithm
 
 
 def main() -> None:
@@ -175,6 +217,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[16, 128])
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokens", type=int, nargs="+", help="per forward (default: the device's)")
     parser.add_argument("--layers", type=int, default=SMOLLM2_135M["num_hidden_layers"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
@@ -182,35 +225,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     args = parser.parse_args()
     device = torch.device(args.device)
+    budgets = args.tokens or [forward_tokens(device)]
     model = smollm2_shaped(load_model("tiny")[1], args.layers).to(device)
     given = data_dir_from_env()
     real_data = given is not None and (given / "sst2").is_dir()
-    with tempfile.TemporaryDirectory() as scratch:
-        data_dir = given if real_data else write_synthetic_sst2(Path(scratch), 4096, 8)
-        rows = []
-        for clients in args.clients:
-            for dtype in args.dtypes:
-                config = RunConfig(
-                    model="tiny",
-                    task="sst2",
-                    data_dir=str(data_dir),
-                    clients=clients,
-                    topology="ring",
-                    batch_size=args.batch,
-                    n_train=2 * clients * args.batch,
-                    n_val=1,
-                    n_test=1,
-                    dtype=dtype,
-                    batched_forward=True,
-                    lr=1e-4,
-                )
-                row = measure(model, config, args, device)
-                rows.append(row)
-                print(
-                    f"{clients:>4} clients {dtype}: plain forward "
-                    f"{row['plain_forward_seconds']:.4f} s, round {row['round_seconds']:.4f} s, "
-                    f"ratio {row['ratio']:.2f}, padding {row['padding_ratio']:.2f}x"
-                )
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -221,9 +239,52 @@ def main() -> None:
         "batch": args.batch,
         "reps": args.reps,
         "warmup": args.warmup,
-        "rows": rows,
+        "rows": [],
     }
-    atomic_write_json(args.out / "gpu.json", result)
+    profiled: list[tuple[dict[str, Any], SeedFlood, RunConfig]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        data_dir = given if real_data else write_synthetic_sst2(Path(scratch), 4096, 8)
+        for clients, dtype, tokens in itertools.product(args.clients, args.dtypes, budgets):
+            config = RunConfig(
+                model="tiny",
+                task="sst2",
+                data_dir=str(data_dir),
+                clients=clients,
+                topology="ring",
+                batch_size=args.batch,
+                n_train=2 * clients * args.batch,
+                n_val=1,
+                n_test=1,
+                dtype=dtype,
+                batched_forward=True,
+                lr=1e-4,
+            )
+            label = f"{clients:>4} clients {dtype} {tokens:>6} tokens/forward"
+            started = time.perf_counter()
+            try:
+                row, algorithm = measure(model, config, tokens, args, device)
+                profiled.append((row, algorithm, config))
+            except Exception as error:  # a lent GPU's minutes: keep the other rows
+                traceback.print_exc()
+                row = {"clients": clients, "dtype": dtype, "tokens_per_forward": tokens}
+                row["error"] = f"{type(error).__name__}: {error}"
+                print(f"{label}: failed, {row['error']}", flush=True)
+            else:
+                print(
+                    f"{label}: plain forward {row['plain_forward_seconds']:.4f} s, round "
+                    f"{row['round_seconds']:.4f} s (estimates {row['estimates_seconds']:.4f} s), "
+                    f"ratio {row['ratio']:.2f}, padding {row['padding_ratio']:.2f}x, one batch "
+                    f"{row['one_batch_forward_seconds']:.4f} s, "
+                    f"{row['synchronizations']['count']} syncs, "
+                    f"{time.perf_counter() - started:.0f} s to measure",
+                    flush=True,
+                )
+            result["rows"].append(row)
+            atomic_write_json(args.out / "gpu.json", result)
+        for row, algorithm, config in profiled if args.profile else []:
+            with device, run_precision(config, device):
+                row["profile"] = top_operations(algorithm, args.warmup + args.reps + 1, device)
+            atomic_write_json(args.out / "gpu.json", result)
 
 
 if __name__ == "__main__":

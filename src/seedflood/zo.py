@@ -142,7 +142,9 @@ class Terms:
     """K SubCGE updates as arrays, in the order they apply: per matrix and update the row, basis
     column and sign its seed picks (``rows``, ``cols``, ``signs``: matrices × K), and per update
     its coefficient (float64) and epoch. A walk of the shared weights applies hundreds of
-    thousands of updates a round this way, with no Python object per update."""
+    thousands of updates a round this way, with no Python object per update. All but the epochs
+    live where the matrices are; the epochs stay on the CPU, which groups updates by them
+    without waiting for a GPU."""
 
     rows: torch.Tensor
     cols: torch.Tensor
@@ -235,14 +237,15 @@ class SubCGEDirection:
 
     def _coordinates(self, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Row, column and sign (±1) per matrix, all drawn from one seed on the CPU (the same on
-        every device), kept where the matrices are."""
+        every device) and kept there: callers gather many updates' coordinates into arrays and
+        move those to the matrices' device in one copy (`terms`), not three small copies per
+        seed, each of which would wait for the GPU's queue to drain."""
         draws = message_generator(seed).integers(0, 1 << 62, (len(self.matrices), 3))
         raw = torch.from_numpy(draws)
         rows = raw[:, 0] % self.rows_per_matrix
         cols = raw[:, 1] % self.rank
         signs = (raw[:, 2] % 2) * 2 - 1
-        device = self.matrices[0].device
-        return rows.to(device), cols.to(device), signs.to(device)
+        return rows, cols, signs
 
     def touch(self, seed: int, step: int) -> Touch:
         rows, cols, signs = self.coordinates(seed)
@@ -271,25 +274,42 @@ class SubCGEDirection:
         )
 
     def rows_region(self, blocks: Iterable[torch.Tensor]) -> Region:
-        """The rows of each matrix that any block (rows per matrix, matrices × K) names."""
-        touched = [torch.zeros(len(w), dtype=torch.bool) for w in self.matrices]
+        """The rows of each matrix that any block (rows per matrix, matrices × K, on the CPU)
+        names, found on the CPU and moved to the matrices' device once."""
+        touched = [torch.zeros(len(w), dtype=torch.bool, device="cpu") for w in self.matrices]
         for rows in blocks:
             for mask, matrix_rows in zip(touched, rows, strict=True):
                 mask[matrix_rows] = True
-        return Region(list(self.matrices), [mask.nonzero().flatten() for mask in touched])
+        found = [mask.nonzero().flatten() for mask in touched]
+        sizes = [len(rows) for rows in found]
+        if not any(sizes):  # saving and restoring nothing still costs two operations per matrix
+            return Region([], [])
+        moved = torch.cat(found).to(self.matrices[0].device).split(sizes)
+        return Region(list(self.matrices), list(moved))
 
     def terms(self, updates: Sequence[Update]) -> Terms:
-        """``updates`` as arrays, their coordinates drawn (or taken from the cache) seed by seed."""
+        """``updates`` as arrays, their coordinates drawn (or taken from the cache) seed by seed
+        on the CPU and moved to the matrices' device in one copy; epochs stay on the CPU, where
+        `_scatters` reads them."""
+        device = self.matrices[0].device
         if not updates:
-            empty = torch.zeros(len(self.matrices), 0, dtype=torch.long)
-            return Terms(empty, empty, empty, torch.zeros(0, dtype=torch.float64), empty[0])
+            empty = torch.zeros(len(self.matrices), 0, dtype=torch.long, device=device)
+            coefs = torch.zeros(0, dtype=torch.float64, device=device)
+            return Terms(empty, empty, empty, coefs, torch.zeros(0, dtype=torch.long, device="cpu"))
         coords = [self.coordinates(seed) for seed, _, _ in updates]
+        rows, cols, signs = (
+            torch.stack([torch.stack([c[part] for c in coords], dim=1) for part in range(3)])
+            .to(device)
+            .unbind()
+        )
         return Terms(
-            rows=torch.stack([c[0] for c in coords], dim=1),
-            cols=torch.stack([c[1] for c in coords], dim=1),
-            signs=torch.stack([c[2] for c in coords], dim=1),
-            coefs=torch.tensor([coef for _, _, coef in updates], dtype=torch.float64),
-            epochs=torch.tensor([self.epoch(step) for _, step, _ in updates]),
+            rows=rows,
+            cols=cols,
+            signs=signs,
+            coefs=torch.tensor([c for _, _, c in updates], dtype=torch.float64, device="cpu").to(
+                device
+            ),
+            epochs=torch.tensor([self.epoch(step) for _, step, _ in updates], device="cpu"),
         )
 
     def _scatters(
@@ -300,7 +320,7 @@ class SubCGEDirection:
         Chunks and epochs fix the order in which updates of two epochs reach a row, so every way of
         applying the same updates (a list or arrays, in one call or chunk by chunk) rounds alike.
         """
-        scales = torch.tensor(self.scales, dtype=torch.float64)[:, None]
+        scales = torch.tensor(self.scales, dtype=torch.float64, device="cpu")[:, None]
         for start in range(0, len(terms), CHUNK):
             chunk = terms[start : start + CHUNK]
             epochs = chunk.epochs.unique().tolist()

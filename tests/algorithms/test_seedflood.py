@@ -10,7 +10,7 @@ import torch
 
 from seedflood.algorithms import seedflood as seedflood_module
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.learning.models import load_model
+from seedflood.learning.models import load_model, state_hash
 from seedflood.learning.scoring import loss_and_correct, tokenize
 from seedflood.learning.tasks import Example, partition
 from seedflood.protocol.clipping import ScalarClip
@@ -19,7 +19,7 @@ from seedflood.protocol.messages import Message, quantize
 from seedflood.sim.faults import simulated_links
 from seedflood.sim.network import SimulatedNetwork
 from seedflood.topology import Topology, make_topology
-from seedflood.zo import make_direction, message_seed, two_point_estimate
+from seedflood.zo import make_direction, message_seed, trainable_matrices, two_point_estimate
 
 WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
 
@@ -236,6 +236,35 @@ def test_batched_forwards_give_the_one_by_one_estimates(tiny) -> None:
         assert g_batched == pytest.approx(g_single, rel=1e-3, abs=1e-4)
 
 
+NEEDS_CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: batched forwards computed there"
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
+@pytest.mark.parametrize("hops", [1, 3])
+def test_batched_estimates_on_a_device_match_one_by_one_and_repeat_bit_for_bit(
+    tiny, device: str, hops: int
+) -> None:
+    """On each device the batched forwards (the general path with pending messages at hops = 1,
+    the one-update-per-row path at hops = diameter) give each client's own estimate, and a run
+    repeated there ends on the same hash: peers on one kind of device round alike."""
+    model, ring = copy.deepcopy(tiny[0]).to(device), make_topology("ring", 6)
+    hashes = []
+    for _ in range(2):
+        sim = make_seedflood((model, tiny[1]), ring, hops=hops, batched=True)
+        with torch.device(device):  # as the runner computes rounds
+            for round_index in range(3):
+                sim.run_round(round_index)
+            batched = sim._estimates_batched(3)
+            one_by_one = sim._estimates_one_by_one(3)
+        hashes.append(sim.state_hash())
+        for (g_batched, loss), (g_single, loss_single) in zip(batched, one_by_one, strict=True):
+            assert loss == pytest.approx(loss_single, rel=1e-5)
+            assert g_batched == pytest.approx(g_single, rel=1e-2, abs=1e-3)
+    assert hashes[0] == hashes[1] != state_hash(trainable_matrices(tiny[0]))
+
+
 @pytest.mark.slow  # batched and per-client runs side by side (about 10 s)
 def test_batched_groups_walk_the_shared_weights_and_restore_them(tiny, monkeypatch) -> None:
     """With a small correction budget clients split into many groups; the shared weights walk
@@ -257,6 +286,21 @@ def test_batched_groups_walk_the_shared_weights_and_restore_them(tiny, monkeypat
     for (g_batched, loss_batched), (g_single, loss_single) in zip(batched, one_by_one, strict=True):
         assert loss_batched == pytest.approx(loss_single, rel=1e-6)
         assert g_batched == pytest.approx(g_single, rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.parametrize("hops", [1, 3])
+def test_a_batched_round_names_the_device_of_every_tensor_it_makes(tiny, hops: int) -> None:
+    """Under a GPU's default device a tensor built from Python values is a copy from pageable
+    memory, which waits for every kernel queued before it; a round's forwards must make none
+    (they build on the CPU and move in pinned copies). Under a `meta` default device any such
+    tensor has no values, so the round fails or trains something else."""
+    expected = make_seedflood(tiny, make_topology("ring", 6), hops=hops, batched=True)
+    checked = make_seedflood(tiny, make_topology("ring", 6), hops=hops, batched=True)
+    for round_index in range(4):
+        expected.run_round(round_index)
+        with torch.device("meta"):
+            checked.run_round(round_index)
+    assert checked.state_hash() == expected.state_hash() != state_hash(trainable_matrices(tiny[0]))
 
 
 def test_batched_runs_keep_exact_consensus(tiny) -> None:

@@ -19,7 +19,7 @@ batched matrix product per adapter layer) and everything else is shared in the s
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from seedflood.learning.scoring import (
     candidate_scores,
     example_losses,
     rows_per_example,
+    to_device,
 )
 from seedflood.zo import SubCGEDirection, Update
 
@@ -43,69 +44,118 @@ class Segment:
     updates: Sequence[Update]
 
 
+@dataclass
+class _EpochPairs:
+    """The (input row, update) pairs of one subspace epoch in the current forward, on the model's
+    device: each pair's input row, and per matrix and pair the output column it adds to (the
+    update's row), the basis column it reads and its factor."""
+
+    epoch: int
+    rows: torch.Tensor
+    targets: torch.Tensor
+    cols: torch.Tensor
+    factors: torch.Tensor
+
+
 class _Terms:
     """Every segment's updates as (row, column, factor) per matrix, and for the rows of the current
-    forward the (input row, update) pairs that apply."""
+    forward the (input row, update) pairs that apply.
+
+    The pairs are found on the CPU and moved to the model's device once per forward, so the 7 ×
+    layers hooks of a forward only queue GPU work: an index, an epoch or a count read back from
+    the GPU inside a hook would wait for every kernel queued before it, hook after hook."""
 
     def __init__(self, direction: SubCGEDirection, segments: Sequence[Segment]) -> None:
         self.direction = direction
+        self.device = direction.matrices[0].device
         flat = sorted(
             (s, seed, step, coef)
             for s, segment in enumerate(segments)
             for seed, step, coef in segment.updates
         )
-        counts = torch.zeros(len(segments), dtype=torch.long)
-        for s, *_ in flat:
-            counts[s] += 1
-        self.counts = counts
-        self.starts = torch.cumsum(counts, 0) - counts
+        cpu = torch.device("cpu")
+        self.counts = torch.tensor([len(s.updates) for s in segments], dtype=torch.long, device=cpu)
+        self.starts = torch.cumsum(self.counts, 0) - self.counts
         coords = [direction.coordinates(seed) for _, seed, _, _ in flat]
-        self.epochs = torch.tensor([direction.epoch(step) for _, _, step, _ in flat])
-        coefs = torch.tensor([coef for *_, coef in flat], dtype=torch.float64)
-        scales = torch.tensor(direction.scales, dtype=torch.float64)[:, None]
+        self.epochs = torch.tensor([direction.epoch(step) for _, _, step, _ in flat], device=cpu)
+        coefs = torch.tensor([coef for *_, coef in flat], dtype=torch.float64, device=cpu)
+        scales = torch.tensor(direction.scales, dtype=torch.float64, device=cpu)[:, None]
         self.rows = torch.stack([c[0] for c in coords], dim=1) if flat else None
         self.cols = torch.stack([c[1] for c in coords], dim=1) if flat else None
         signs = torch.stack([c[2] for c in coords], dim=1) if flat else None
         self.factors = (coefs * signs * scales).float() if flat else None
-        self.pair_rows = self.pair_terms = torch.zeros(0, dtype=torch.long)
+        self.pairs: list[_EpochPairs] = []
+        self.one_each = False
+        self.tokens: torch.Tensor | None = None
         self.position = {w.data_ptr(): index for index, w in enumerate(direction.matrices)}
 
     def linear_index(self, module: nn.Linear) -> int | None:
         return self.position.get(module.weight.data_ptr())
 
     def select_rows(self, row_segments: torch.Tensor) -> None:
-        """Pair every input row of the next forward with its segment's updates."""
+        """Pair every input row of the next forward (``row_segments``, on the CPU) with its
+        segment's updates, grouped by epoch, and move the pairs to the model's device."""
+        self.pairs, self.one_each = [], False
+        if self.rows is None or self.cols is None or self.factors is None:
+            return
         per_row = self.counts[row_segments]
-        self.pair_rows = torch.arange(len(row_segments)).repeat_interleave(per_row)
+        pair_rows = torch.arange(len(row_segments), device="cpu").repeat_interleave(per_row)
         offsets = torch.cumsum(per_row, 0) - per_row
-        within = torch.arange(int(per_row.sum())) - offsets.repeat_interleave(per_row)
-        self.pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
+        within = torch.arange(int(per_row.sum()), device="cpu") - offsets.repeat_interleave(per_row)
+        pair_terms = self.starts[row_segments].repeat_interleave(per_row) + within
+        epochs = self.epochs[pair_terms]
+        matrices = len(self.rows)
+        self.one_each = bool((per_row == 1).all()) and len(epochs.unique()) == 1
+        for epoch in epochs.unique().tolist():
+            mask = epochs == epoch
+            picked = pair_terms[mask]
+            indices = torch.cat([pair_rows[mask][None], self.rows[:, picked], self.cols[:, picked]])
+            moved = to_device(indices, self.device)
+            self.pairs.append(
+                _EpochPairs(
+                    epoch=epoch,
+                    rows=moved[0],
+                    targets=moved[1 : 1 + matrices],
+                    cols=moved[1 + matrices :],
+                    factors=to_device(self.factors[:, picked], self.device),
+                )
+            )
 
     def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """``output`` plus the terms of the rows' updates. Under a lower forward precision the
         terms stand for the perturbation and the clients' differences, which stay in fp32 (see
         seedflood.learning.precision): they are computed outside autocast and the output they
         are added to is widened, not the terms rounded."""
-        if self.rows is None or not len(self.pair_terms):
+        if not self.pairs:
             return output
-        terms = self.pair_terms
-        tokens = torch.arange(x.shape[1])[None, :]
+        if self.tokens is None or self.tokens.shape[1] != x.shape[1]:
+            self.tokens = torch.arange(x.shape[1], device=x.device)[None, :]
         x, output = x.float(), output.float()
-        with torch.autocast(x.device.type, enabled=False):
-            for epoch in self.epochs[terms].unique().tolist():
-                mask = self.epochs[terms] == epoch
-                rows, picked = self.pair_rows[mask], terms[mask]
-                projected = x @ self.direction.basis(epoch)[index].T
-                values = (
-                    projected[rows, :, self.cols[index, picked]]
-                    * self.factors[index, picked][:, None]
-                )
-                output = output.index_put(
-                    (rows[:, None], tokens, self.rows[index, picked][:, None]),
+        autocasting = torch.is_autocast_enabled(x.device.type)
+        with torch.autocast(x.device.type, enabled=False) if autocasting else nullcontext():
+            if self.one_each:
+                return self._alter_one_each(index, x, output)
+            for pairs in self.pairs:
+                projected = x @ self.direction.basis(pairs.epoch)[index].T
+                values = projected[pairs.rows, :, pairs.cols[index]] * pairs.factors[index][:, None]
+                output.index_put_(
+                    (pairs.rows[:, None], self.tokens, pairs.targets[index][:, None]),
                     values,
                     accumulate=True,
                 )
         return output
+
+    def _alter_one_each(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """`alter` where every input row has exactly one update (a round whose clients all hold
+        the same messages: only the ± perturbation differs): a gather and a scatter along the
+        last dimension, the same products and sums as the general path's advanced indexing,
+        which on a GPU costs a bounds check per index tensor and a sort besides."""
+        (pairs,) = self.pairs
+        shape = (len(pairs.rows), x.shape[1], 1)
+        projected = x @ self.direction.basis(pairs.epoch)[index].T
+        values = projected.gather(2, pairs.cols[index].view(-1, 1, 1).expand(shape))
+        values = values * pairs.factors[index].view(-1, 1, 1)
+        return output.scatter_add_(2, pairs.targets[index].view(-1, 1, 1).expand(shape), values)
 
 
 class _RowTerms(Protocol):
@@ -143,7 +193,7 @@ class _RowWeights:
         return index
 
     def select_rows(self, row_segments: torch.Tensor) -> None:
-        self.row_segments = row_segments
+        self.row_segments = to_device(row_segments, self.weights.device)
 
     def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         offset, shape = self.slices[index]
@@ -200,6 +250,21 @@ def _padded_shape(example: TokenizedExample) -> tuple[int, int]:
     return len(lengths), max(lengths)
 
 
+FORWARD_TOKENS = 2048
+"""Padded tokens per batched forward (`_padded_chunks`) on a CPU, where a forward's cost is its
+arithmetic: small chunks of similar lengths pad little (1.5× at 16 clients on SST-2)."""
+
+GPU_FORWARD_TOKENS = 16384
+"""Padded tokens per batched forward on a GPU, where a small forward's cost is launching its
+kernels, hooks included: on an H100 the 256 sequences of a 16-client round took 0.19 s as three
+chunks of 2,048 tokens and 0.11 s as one padded batch (fp32, docs/performance.md)."""
+
+
+def forward_tokens(device: torch.device) -> int:
+    """Padded tokens per batched forward on ``device``."""
+    return GPU_FORWARD_TOKENS if device.type == "cuda" else FORWARD_TOKENS
+
+
 def _padded_chunks(
     owned: Sequence[tuple[int, TokenizedExample]], tokens_per_forward: int
 ) -> Iterator[Sequence[tuple[int, TokenizedExample]]]:
@@ -226,7 +291,7 @@ def _owned(batches: Sequence[Sequence[TokenizedExample]]) -> list[tuple[int, Tok
 
 
 def padding(
-    batches: Sequence[Sequence[TokenizedExample]], tokens_per_forward: int = 2048
+    batches: Sequence[Sequence[TokenizedExample]], tokens_per_forward: int = FORWARD_TOKENS
 ) -> tuple[int, int]:
     """Real and padded tokens of the forwards that batched losses of ``batches`` run."""
     real = padded = 0
@@ -246,20 +311,26 @@ def _batched_losses(
 ) -> list[float]:
     """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``."""
     owned = _owned(batches)
-    totals = torch.zeros(len(batches), dtype=torch.float64)
-    counts = torch.zeros(len(batches), dtype=torch.float64)
+    losses, owners = [], []
     with torch.inference_mode(), _hooks(model, terms):
         for chunk in _padded_chunks(owned, tokens_per_forward):
             examples = [example for _, example in chunk]
-            example_segments = torch.tensor([s for s, _ in chunk])
-            terms.select_rows(
-                example_segments.repeat_interleave(torch.tensor(rows_per_example(examples)))
-            )
+            example_segments = torch.tensor([s for s, _ in chunk], device="cpu")
+            rows = torch.tensor(rows_per_example(examples), device="cpu")
+            terms.select_rows(example_segments.repeat_interleave(rows))
             scores = candidate_scores(model, examples, pad_id).double()
-            labels = torch.tensor([e.label for e in examples])
-            losses = example_losses(scores, labels)
-            totals.index_add_(0, example_segments, losses)
-            counts.index_add_(0, example_segments, torch.ones_like(losses))
+            labels = torch.tensor([e.label for e in examples], device="cpu")
+            labels = to_device(labels, scores.device)
+            losses.append(example_losses(scores, labels))
+            owners.append(example_segments)
+    # Read back once, after the last forward, and summed on the CPU in the examples' order: sums
+    # of one order on every device, and no wait for the GPU between forwards.
+    per_example = torch.cat(losses).cpu()
+    segments = torch.cat(owners)
+    totals = torch.zeros(len(batches), dtype=torch.float64, device="cpu")
+    counts = torch.zeros(len(batches), dtype=torch.float64, device="cpu")
+    totals.index_add_(0, segments, per_example)
+    counts.index_add_(0, segments, torch.ones_like(per_example))
     return (totals / counts).tolist()
 
 
@@ -268,7 +339,7 @@ def segment_losses(
     direction: SubCGEDirection,
     segments: Sequence[Segment],
     pad_id: int,
-    tokens_per_forward: int = 2048,
+    tokens_per_forward: int = FORWARD_TOKENS,
 ) -> list[float]:
     """Mean cross-entropy of every segment's examples under its own model, batched."""
     terms = _Terms(direction, segments)
@@ -280,7 +351,7 @@ def shared_losses(
     model: nn.Module,
     batches: Sequence[Sequence[TokenizedExample]],
     pad_id: int,
-    tokens_per_forward: int = 2048,
+    tokens_per_forward: int = FORWARD_TOKENS,
 ) -> list[float]:
     """Mean cross-entropy of every batch under the shared model itself, in the forwards batched
     losses of the same batches run (the same chunks, padded alike): the plain-forward reference
@@ -294,7 +365,7 @@ def row_weight_losses(
     weights: torch.Tensor,
     batches: Sequence[Sequence[TokenizedExample]],
     pad_id: int,
-    tokens_per_forward: int = 2048,
+    tokens_per_forward: int = FORWARD_TOKENS,
 ) -> list[float]:
     """Mean cross-entropy of ``batches[s]`` under the model whose ``params`` (weights of bias-free
     linear layers) hold ``weights[s]``, the flattened parameters in order, for every s, batched."""

@@ -147,7 +147,7 @@ class Walker:
             cols=rows_cols_signs[1],
             signs=rows_cols_signs[2],
             coefs=torch.from_numpy(coefs).to(device),
-            epochs=torch.from_numpy(self.epochs[rows]).to(device),
+            epochs=torch.from_numpy(self.epochs[rows]),
         )
 
     def _bits(self, held: Held) -> np.ndarray:

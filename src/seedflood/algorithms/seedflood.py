@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from seedflood.algorithms.batched import Segment, segment_losses
+from seedflood.algorithms.batched import Segment, forward_tokens, segment_losses
 from seedflood.algorithms.common import sample_batch
 from seedflood.algorithms.pending import Held, PendingCoordinates, split
 from seedflood.learning.models import state_hash
@@ -122,6 +122,7 @@ class SeedFlood:
                 "batched forwards need subcge directions; dense ones differ everywhere"
             )
         self.batched = batched
+        self.tokens_per_forward = forward_tokens(next(model.parameters()).device)
         self.n = topology.n
         in_flight = local_steps * (topology.diameter // max(hops, 1) + 2)
         self.walks = (
@@ -277,7 +278,9 @@ class SeedFlood:
                     batch = self.batch(client, step)
                     for sign in (1.0, -1.0):
                         segments.append(Segment(batch, [*correction, (seed, step, sign * eps)]))
-                losses = segment_losses(self.model, self.direction, segments, self.pad_id)
+                losses = segment_losses(
+                    self.model, self.direction, segments, self.pad_id, self.tokens_per_forward
+                )
                 estimates += [
                     ((plus - minus) / (2.0 * eps), (plus + minus) / 2.0)
                     for plus, minus in zip(losses[0::2], losses[1::2], strict=True)

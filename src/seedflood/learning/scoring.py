@@ -75,15 +75,27 @@ def rows_per_example(batch: Sequence[TokenizedExample]) -> list[int]:
     return [len(e.candidates) for e in batch]
 
 
-def _pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right padding: real tokens keep positions 0..len-1 under a causal mask."""
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor``, built on the CPU, on ``device`` without waiting for a GPU: a copy from pageable
+    memory first drains the GPU's queue, so a forward's inputs copied that way stop the CPU from
+    queueing work ahead of it; a copy from pinned memory is queued like a kernel."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def _pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right padding: real tokens keep positions 0..len-1 under a causal mask. Filled on the CPU
+    and moved to ``device`` once, not row by row."""
     width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device="cpu")
+    mask = torch.zeros((len(sequences), width), dtype=torch.long, device="cpu")
     for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long, device="cpu")
         mask[row, : len(seq)] = 1
-    return ids, mask
+    return to_device(ids, device), to_device(mask, device)
 
 
 def candidate_scores(
@@ -104,13 +116,15 @@ def _scores_and_matches(
     in fp32, so losses and gradients are taken at full precision from lower-precision logits."""
     backbone = model.base_model
     head = model.get_output_embeddings()
-    in_precision = autocast(head.weight.device.type)
+    device = head.weight.device
+    in_precision = autocast(device.type)
     if _is_single_token(batch):
-        ids, mask = _pad([e.prompt for e in batch], pad_id)
+        ids, mask = _pad([e.prompt for e in batch], pad_id, device)
+        label_ids = torch.tensor([c[0] for c in batch[0].candidates], device="cpu")
+        label_ids = to_device(label_ids, device)
         with in_precision:
             hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-            last = hidden[torch.arange(len(batch)), mask.sum(dim=1) - 1]
-            label_ids = torch.tensor([c[0] for c in batch[0].candidates])
+            last = hidden[torch.arange(len(batch), device=device), mask.sum(dim=1) - 1]
             logits = last @ head.weight[label_ids].T
         return logits.float(), None
     sequences, spans = [], []
@@ -119,7 +133,7 @@ def _scores_and_matches(
             start = len(example.prompt)
             sequences.append(example.prompt + candidate)
             spans.append((start, len(candidate)))
-    ids, mask = _pad(sequences, pad_id)
+    ids, mask = _pad(sequences, pad_id, device)
     scores = torch.empty(len(sequences), dtype=torch.float32)
     matches = torch.empty(len(sequences), dtype=torch.bool)
     with in_precision:
