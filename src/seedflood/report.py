@@ -96,6 +96,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
                 "seeds": len(members),
                 "accuracy": accuracy,
                 "accuracy_std": accuracy_std,
+                "accuracies": [m.results["accuracy"] for m in members],
                 "zero_shot": statistics.fmean(m.results["zero_shot_accuracy"] for m in members),
                 "floor": statistics.fmean(m.floor for m in members),
                 "bytes_per_edge": statistics.fmean(

@@ -8,8 +8,12 @@ sentence names the cells, so a reader can see which part held.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Collection, Sequence
 from typing import Any
+
+from scipy import stats
 
 from seedflood.paper.bench import pct
 
@@ -20,7 +24,50 @@ TOLERANCE = 0.02
 # answering the most common label, has not learned in the budget: it is named but not judged.
 LEARNED = 0.05
 PAPER_GOSSIP_ROUNDS = 100  # 500 first-order steps communicating every 5, from its byte counts
-ZO_RIVALS = ("dzsgd", "dzsgd-lora", "choco-lora")  # the methods the paper places below SeedFlood
+# The methods the paper places below SeedFlood: the zeroth-order ones, ChocoSGD-LoRA, and full
+# ChocoSGD, which its byte ordering and relative-average table put under SeedFlood too.
+RIVALS = ("dzsgd", "dzsgd-lora", "choco-lora", "choco")
+SIGNIFICANCE = 0.05  # two-sided Welch's t-test between two methods' seeds
+
+
+def interval(values: Sequence[float]) -> float:
+    """Half-width of the 95% confidence interval of the mean of ``values`` (Student's t with
+    n − 1 degrees of freedom); 0 for a single value, which has none."""
+    if len(values) < 2:
+        return 0.0
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return float(half)
+
+
+def percent_interval(values: Sequence[float]) -> str:
+    """A mean in percent with its 95% interval, or the value alone for one seed."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{100 * mean:.1f}"
+    return f"{100 * mean:.1f} ± {100 * interval(values):.1f}"
+
+
+def compare(ours: Sequence[float], theirs: Sequence[float]) -> tuple[int, float | None]:
+    """Whether ``ours`` is ahead (+1), behind (−1) or not told apart (0) from ``theirs``, and the
+    p-value of Welch's t-test on the seeds. With one seed on a side no test exists: the means
+    decide and the p-value is None, which the sentence says."""
+    difference = statistics.fmean(ours) - statistics.fmean(theirs)
+    if len(ours) < 2 or len(theirs) < 2:
+        return (difference > 0) - (difference < 0), None
+    p = float(stats.ttest_ind(ours, theirs, equal_var=False).pvalue)
+    if math.isnan(p):  # no spread on either side: the means are all there is
+        return (difference > 0) - (difference < 0), None
+    return ((difference > 0) - (difference < 0)) if p < SIGNIFICANCE else 0, p
+
+
+def _against(name: str, ours: Sequence[float], row: dict[str, Any]) -> tuple[int, str]:
+    """The comparison with one rival's row, and how the verdict says it."""
+    theirs = row.get("accuracies") or [row["accuracy"]]
+    order, p = compare(ours, theirs)
+    word = {1: "ahead of", -1: "behind", 0: "not told apart from"}[order]
+    tested = f"Welch p = {p:.3g}" if p is not None else "one seed, untested"
+    means = f"{pct(statistics.fmean(ours))} vs {pct(statistics.fmean(theirs))}%"
+    return order, f"{word} {name} ({means}, {tested})"
 
 
 def learned(accuracy: float, floor: float) -> bool:
@@ -39,12 +86,15 @@ def main_verdict(
     untuned: Collection[str] = (),
 ) -> str:
     """The paper's main-table shape, judged per task and topology: SeedFlood within 94–96% of
-    DSGD or above, and ahead of the zeroth-order and ChocoSGD-LoRA rivals. A cell whose DSGD
-    ends less than LEARNED above its floor (the untrained model, or always answering the most
-    common label) is named but not judged: with the reference at chance, ratios to it and the
-    order of the methods are noise, and the claim counts as reproduced only where every cell
-    could test it. Rivals in ``untuned`` (rows not at their searched rate) are
-    marked, since beating a method at a rate nobody picked says less than beating it tuned."""
+    DSGD or above, and ahead of the methods the paper places below it (RIVALS), each comparison
+    tested on the seeds (``compare``).
+
+    A cell whose DSGD ends less than LEARNED above its floor (the untrained model, or always
+    answering the most common label) is named but not judged: with the reference at chance,
+    ratios to it and the order of the methods are noise, and the claim counts as reproduced only
+    where every cell could test it. A rival that did not learn is named as such and not counted
+    as beaten; rivals in ``untuned`` (rows not at their searched rate) are marked, since beating
+    a method at a rate nobody picked says less than beating it tuned."""
     judged, reasons, unlearned, all_ok, any_ok = 0, [], [], True, False
     for task, topology in sorted({(r["task"], r["topology"]) for r in rows}):
         cell = {r["method"]: r for r in rows if (r["task"], r["topology"]) == (task, topology)}
@@ -58,17 +108,26 @@ def main_verdict(
             )
             continue
         judged += 1
-        rivals = [m for m in ZO_RIVALS if m in cell]
-        ahead = all(seedflood > cell[m]["accuracy"] for m in rivals)
+        ours = cell["seedflood"].get("accuracies") or [seedflood]
+        orders, said = [], []
+        for method in (m for m in RIVALS if m in cell):
+            row = cell[method]
+            name = f"{method} (untuned rate)" if method in untuned else method
+            if not learned(row["accuracy"], row["floor"]):
+                said.append(
+                    f"{name} did not learn ({pct(row['accuracy'])}%, to beat "
+                    f"{pct(row['floor'])}%), so it is no rival here"
+                )
+                continue
+            order, sentence = _against(name, ours, row)
+            orders.append(order)
+            said.append(sentence)
+        ahead = all(order > 0 for order in orders)  # a cell where no rival learned is not lost
         all_ok &= seedflood / dsgd >= 0.94 and ahead
         any_ok |= seedflood / dsgd >= 0.94 or ahead
         reasons.append(
-            f"{task}/{topology}: SeedFlood at {pct(seedflood / dsgd)}% of DSGD (paper 94–96%), "
-            f"{'ahead of' if ahead else 'not ahead of all of'} "
-            + (
-                ", ".join(f"{m} (untuned rate)" if m in untuned else m for m in rivals)
-                or "no rivals"
-            )
+            f"{task}/{topology}: SeedFlood at {pct(seedflood / dsgd)}% of DSGD (paper 94–96%); "
+            + ("; ".join(said) or "no rivals ran")
         )
     not_judged = (
         f" Not judged: {'; '.join(unlearned)}: DSGD ends less than {100 * LEARNED:.0f} points "
@@ -91,7 +150,10 @@ def main_verdict(
         if complete
         else "an incomplete grid (3 tasks × ring/meshgrid × 3 seeds planned)"
     )
-    return f"**Verdict: {verdict}** ({scope}): {'; '.join(reasons)}.{not_judged}"
+    criterion = (
+        f"ahead or behind means a two-sided Welch's t-test on the seeds at p < {SIGNIFICANCE}"
+    )
+    return f"**Verdict: {verdict}** ({scope}; {criterion}): {'. '.join(reasons)}.{not_judged}"
 
 
 def scaling_verdict(
