@@ -16,7 +16,13 @@ from seedflood.config import ConfigError
 from seedflood.grid import plan
 from seedflood.learning.scoring import TokenizedExample, majority_rate
 from seedflood.paper.bench import codec_bytes_per_edge
-from seedflood.paper.document import device_note, portable_note, unlearned, write_paper_results
+from seedflood.paper.document import (
+    device_note,
+    paper_convention,
+    portable_note,
+    unlearned,
+    write_paper_results,
+)
 from seedflood.paper.tuning import tuned_rates
 from seedflood.paper.verdicts import (
     compare,
@@ -129,6 +135,8 @@ def test_every_section_with_the_files_numbers(root: Path) -> None:
         in text
     )
     assert "**Verdict: partly** (an incomplete grid" in text
+    # bytes: 3.2e9 against SeedFlood's 3,840 on every edge
+    assert "carried 8.3×10⁵ to 8.3×10⁵ times SeedFlood's in the same task and topology" in text
     assert "seedflood compare configs/paper/main-boolq.yaml --out results/paper-main-boolq" in text
     assert "compare-sst2-ring16" not in text  # the fallback only stands in when no main grid ran
     # bytes: the bench's number and the codec's agree
@@ -149,6 +157,10 @@ def test_every_section_with_the_files_numbers(root: Path) -> None:
     # pipeline: 1 − 600/1000 = 40% less time, 0.3/0.2 − 1 = 50% more throughput
     assert "| homogeneous | high | 1 | 600 | 1000 | 40.0% | 50.0% |" in text
     assert "**Verdict: reproduced**: GWTF ahead of SWARM in every cell; up to 40.0%" in text
+    assert "| 40.0% | 50.0% | 10.0% / 10.0% | 50.0% / 50.0% |" in text  # wasted, idle
+    assert "restated as throughput, up to 50.0% more (paper: up to 30%)" in text
+    assert "Relays sit idle 50.0–50.0% of the time" in text
+    assert "Untested: the paper's \"up to 50% better than SWARM with heterogeneous" in text
 
 
 def test_fallback_and_absent_results(tmp_path: Path) -> None:
@@ -508,3 +520,11 @@ def test_comparisons_are_tested_on_the_seeds_and_intervals_follow_student() -> N
     assert interval(ours) == pytest.approx(4.303 * 0.01 / 3**0.5, rel=1e-3)
     assert interval([0.7]) == 0.0
     assert percent_interval(ours) == "71.0 ± 2.5" and percent_interval([0.7]) == "70.0"
+
+
+def test_bytes_in_the_papers_convention_are_one_way_and_values_only() -> None:
+    """Gossip counts both directions of an edge; ChocoSGD's top-k also sends a 4-byte index per
+    4-byte value; a flooded message crosses an edge once."""
+    assert paper_convention("dsgd", 100.0) == 50.0
+    assert paper_convention("choco-lora", 100.0) == 25.0
+    assert paper_convention("seedflood", 100.0) == 100.0
