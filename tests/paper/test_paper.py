@@ -23,6 +23,7 @@ from seedflood.paper.document import (
     unlearned,
     write_paper_results,
 )
+from seedflood.paper.findings import consensus
 from seedflood.paper.tuning import tuned_rates
 from seedflood.paper.verdicts import (
     compare,
@@ -528,3 +529,36 @@ def test_bytes_in_the_papers_convention_are_one_way_and_values_only() -> None:
     assert paper_convention("dsgd", 100.0) == 50.0
     assert paper_convention("choco-lora", 100.0) == 25.0
     assert paper_convention("seedflood", 100.0) == 100.0
+
+
+def test_what_we_found_leads_with_every_claims_section_verdict(root: Path) -> None:
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert text.index("## What we found") < text.index("## 1. Main")
+    assert (
+        "| Flooding 4–8 hops a round loses nothing; 1–2 hops hurt (§4) | partly | no loss at "
+        "k = 4; loss at k = 1; not yet run: k = 2, 8 |" in text
+    )
+    assert "(§2) | not yet run | No results under `results/paper-scaling/` |" in text
+    assert "| reproduced | at 1,024 messages SubCGE takes 0.250 s and dense 512 s" in text
+    assert "carried 8.3×10⁵ to 8.3×10⁵ times SeedFlood's" in text.split("## 1. Main")[0]
+
+
+def test_consensus_counts_ring_meshgrid_pairs_made_on_one_device(tmp_path: Path) -> None:
+    """Seed 0's pair agrees on the CPU; seed 1's pair ran on two devices and is set apart; a
+    differing pair on one device makes the claim fail."""
+    for seed, ring, mesh, device in ((0, "aa", "aa", None), (1, "bb", "cc", "cuda")):
+        for topology, digest in (("ring", ring), ("meshgrid", mesh)):
+            extra = {"device": device} if device and topology == "meshgrid" else {}
+            name = f"seedflood_topology-{topology}_seed-{seed}"
+            _run(tmp_path, "paper-main-sst2", name, 0.7, seed=seed, topology=topology, **extra)
+            path = tmp_path / "results" / "paper-main-sst2" / "runs" / name / "results.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "state_hash": digest}))
+    assert consensus(tmp_path) == (
+        "reproduced",
+        "ring and meshgrid runs of one task and seed end on one state hash in 1 of 1 pairs made "
+        "on one device (1 pairs ran on two devices, which round differently)",
+    )
+    path = tmp_path / "results" / "paper-main-sst2" / "runs"
+    changed = path / "seedflood_topology-meshgrid_seed-0" / "results.json"
+    changed.write_text(json.dumps({**json.loads(changed.read_text()), "state_hash": "zz"}))
+    assert consensus(tmp_path)[0] == "not"  # type: ignore[index]

@@ -26,6 +26,7 @@ from seedflood.paper.bench import (
     rel,
 )
 from seedflood.paper.clients import client_table
+from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
@@ -461,6 +462,14 @@ def write_paper_results(root: Path, out: Path) -> Path:
     """Write ``out`` (docs/results.md) and its plots from the results files under ``root``."""
     root, out = Path(root).resolve(), Path(out)
     out = out if out.is_absolute() else root / out
+    sections = [
+        *_main_section(root, out),
+        *_scaling_section(root, out),
+        *_subcge_section(root, out),
+        *_hops_section(root),
+        *apply_cost_section(root, out),
+        *pipeline_section(root, out),
+    ]
     lines = [
         "# Reproducing the papers at this machine's scale",
         "",
@@ -471,12 +480,8 @@ def write_paper_results(root: Path, out: Path) -> Path:
         "settings) on a 2-core CPU (a section's Device line names runs made on a GPU), scaled "
         "down as each configs/paper/*.yaml header states.",
         "",
-        *_main_section(root, out),
-        *_scaling_section(root, out),
-        *_subcge_section(root, out),
-        *_hops_section(root),
-        *apply_cost_section(root, out),
-        *pipeline_section(root, out),
+        *what_we_found(sections, root),
+        *sections,
     ]
     atomic_write_text(out, "\n".join(lines).rstrip("\n") + "\n")
     return out
