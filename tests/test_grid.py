@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from seedflood.cli import app
 from seedflood.config import ConfigError
 from seedflood.files import atomic_write_json, atomic_write_jsonl
-from seedflood.grid import LOCK_NAME, claimed, plan
+from seedflood.grid import LOCK_NAME, claimed, data_identity, plan
 from seedflood.report import find_runs, head_to_head, summarize, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -279,3 +279,33 @@ def test_a_run_finished_by_another_process_while_this_one_waited_is_not_redone(
     assert not (raced / "curves.png").exists()
     assert "curves.png" not in (raced / "report.md").read_text()
     assert "curves.png" in (finished / "report.md").read_text()
+
+
+def test_a_run_made_on_other_data_is_not_done(tmp_path: Path) -> None:
+    """What a run trained on is part of what makes it the same run: results recorded on other
+    examples, or (before results recorded them) on fewer than the data now holds, are redone."""
+    data = tmp_path / "data" / "sst2"
+    data.mkdir(parents=True)
+
+    def write(count: int, word: str) -> None:
+        rows = [{"idx": i, "sentence": f"{word} {i}", "label": i % 2} for i in range(count)]
+        for split in ("train", "validation"):
+            (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write(40, "film")
+    spec = f"common: {{model: tiny, data_dir: {data.parent}, n_train: 16, n_val: 8, n_test: 8}}\n"
+    (run,) = plan(grid(tmp_path, spec + "variants:\n  seedflood: {lr: 0.01}\n"))
+    out = tmp_path / "out"
+    results = {"config": run.config.model_dump(mode="json"), "data_notes": []}
+    atomic_write_json(
+        run.directory(out) / "results.json", {**results, "data": data_identity(run.config)}
+    )
+    assert run.is_done(out)
+    write(40, "movie")  # the same counts, other sentences
+    assert not run.is_done(out)
+    # an older results file without a data record: its shortfall note against today's data
+    short = "sst2: only 12 training examples available from x; using 12 instead of 16"
+    atomic_write_json(run.directory(out) / "results.json", {**results, "data_notes": [short]})
+    assert not run.is_done(out)
+    atomic_write_json(run.directory(out) / "results.json", results)
+    assert run.is_done(out)

@@ -38,6 +38,7 @@ class Parts:
     test: list[TokenizedExample]
     data_notes: list[str]
     data_source: str
+    data_identity: dict[str, int | str]
     max_length: int
 
     @property
@@ -98,6 +99,7 @@ def build_parts(config: RunConfig, device: torch.device | None = None) -> Parts:
         test=tokenize(tokenizer, data.test, config.max_length),
         data_notes=list(data.notes),
         data_source=data.source,
+        data_identity=data.identity(),
         max_length=config.max_length,
     )
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,7 +36,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from seedflood.build import run_data
 from seedflood.config import ConfigError, RunConfig, load_config
+from seedflood.learning.examples import DataError
 
 GRID_KEYS = ("base", "common", "variants", "grid")
 
@@ -59,10 +62,69 @@ class PlannedRun:
         except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
             return None
         # Through RunConfig, so keys added since the run was made count at their defaults.
-        return results if stored == self.config else None
+        if stored != self.config or not same_data(results, self.config):
+            return None
+        return results
 
     def is_done(self, out: Path) -> bool:
         return self.finished_results(out) is not None
+
+
+NOTE = re.compile(r"only (\d+) (training|validation|test) examples available")
+SPLITS = {"training": "train", "validation": "val", "test": "test"}
+_identities: dict[tuple[Any, ...], dict[str, int | str] | None] = {}
+
+
+def data_identity(config: RunConfig) -> dict[str, int | str] | None:
+    """The identity (`TaskData.identity`) of the examples ``config`` draws from the data as it
+    is now, or None where that cannot be told offline: a built-in task read from the hub, or data
+    that cannot be read (the run itself will say why). Drawn once per task, sizes and state of
+    the data directory's files."""
+    directory = config.resolved_data_dir()
+    key = (
+        json.dumps(config.task, sort_keys=True, default=str),
+        directory,
+        _files_state(Path(directory)) if directory else (),
+        config.seed,
+        config.n_train,
+        config.n_val,
+        config.n_test,
+    )
+    if key not in _identities:
+        hub = isinstance(config.task, str) and directory is None
+        try:
+            _identities[key] = None if hub else run_data(config).identity()
+        except (DataError, OSError):
+            _identities[key] = None
+    return _identities[key]
+
+
+def _files_state(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every file under ``directory`` with its size and modification time: a file replaced or
+    edited since the identity was drawn makes it be drawn again."""
+    found = []
+    for path in sorted(directory.rglob("*")) if directory.is_dir() else []:
+        if path.is_file():
+            state = path.stat()
+            found.append((str(path), state.st_size, state.st_mtime_ns))
+    return tuple(found)
+
+
+def same_data(results: dict[str, Any], config: RunConfig) -> bool:
+    """Whether a finished run trained on the examples ``config`` draws now. Results record what
+    they trained on (``data``); older ones only their shortfalls (``data_notes``), whose counts
+    are compared instead: the RTE grid made on 32 training rows is not done once 2,490 exist."""
+    current = data_identity(config)
+    if current is None:
+        return True
+    recorded = results.get("data")
+    if recorded is not None:
+        return recorded == current
+    counts = {"train": config.n_train, "val": config.n_val, "test": config.n_test}
+    for note in results.get("data_notes", []):
+        if found := NOTE.search(note):
+            counts[SPLITS[found[2]]] = int(found[1])
+    return all(counts[split] == current[split] for split in counts)
 
 
 LOCK_NAME = "running.lock"

@@ -7,6 +7,8 @@ is scored by that completion's likelihood alone.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,3 +41,17 @@ class TaskData:
     notes: list[str]  # deviations from the requested protocol, e.g. too few rows
     source: str  # "data_dir:<path>", "hub:<dataset>" or "file:<path>"
     objective: Objective = "classify"
+
+    def identity(self) -> dict[str, int | str]:
+        """What a run trains and is scored on: the example counts and a digest of the examples
+        in order. Two runs of one config on other data files (32 training rows, then 2,490) are
+        different runs; `seedflood compare` reads this to tell them apart."""
+        digest = hashlib.sha256()
+        for split in (self.train, self.val, self.test):
+            for example in split:
+                row = [example.prompt, list(example.candidates), example.label]
+                digest.update(json.dumps(row, ensure_ascii=False).encode())
+                digest.update(b"\n")
+            digest.update(b"\x00")
+        counts = {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
+        return {**counts, "sha256": digest.hexdigest()}

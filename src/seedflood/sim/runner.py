@@ -69,6 +69,7 @@ class Experiment:
     pad_id: int
     data_notes: list[str]
     data_source: str
+    data_identity: dict[str, int | str]
     parameters: int
 
 
@@ -168,6 +169,7 @@ def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
         pad_id=parts.pad_id,
         data_notes=parts.data_notes,
         data_source=parts.data_source,
+        data_identity=parts.data_identity,
         parameters=parameters,
     )
 
@@ -372,6 +374,7 @@ def _results(
         "test_examples": len(exp.test),
         "data_source": exp.data_source,
         "data_notes": exp.data_notes,
+        "data": exp.data_identity,
         "peak_rss_mb": peak_rss_mb(),
         "device": str(device),
         "peak_device_mb": peak_device_mb(device),
