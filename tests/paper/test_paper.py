@@ -15,10 +15,9 @@ import pytest
 from seedflood.config import ConfigError
 from seedflood.grid import plan
 from seedflood.learning.scoring import TokenizedExample, majority_rate
-from seedflood.paper.bench import codec_bytes_per_edge
+from seedflood.paper.bench import codec_bytes_per_edge, paper_convention
 from seedflood.paper.document import (
     device_note,
-    paper_convention,
     portable_note,
     unlearned,
     write_paper_results,

@@ -9,18 +9,20 @@ clock or the order files were written, so regenerating from the same files gives
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from seedflood.algorithms.gossip import FP32_BYTES, INDEX_BYTES
 from seedflood.files import atomic_write_text
 from seedflood.paper.bench import (
     apply_cost_section,
+    bytes_ratio,
     bytes_section,
     link,
+    paper_convention,
     pct,
     pipeline_section,
     rel,
@@ -64,6 +66,7 @@ SETTING_KEYS = (
     "model", "task", "clients", "topology", "rounds", "local_steps", "batch_size", "lr", "eps",
     "direction", "rank", "refresh", "hops", "n_train", "n_test",
 )  # fmt: skip
+TEST_EXAMPLES = 500  # the grids' n_test
 HOPS_TOLERANCE = 0.02  # two points: about one standard error of 500 test examples at 70%
 
 
@@ -210,7 +213,7 @@ def _main_section(root: Path, out: Path) -> list[str]:
             f"| {format_bytes(paper_convention(r['method'], r['bytes_per_edge']))} "
             f"| {paper_bytes} | {_sources(groups[key], root)} |"
         )
-    lines += ["", *_bytes_ratio(rows)]
+    lines += ["", *bytes_ratio(rows)]
     for directory in directories:
         if (directory / "accuracy_vs_bytes.png").is_file():
             target = link(directory / "accuracy_vs_bytes.png", out)
@@ -269,50 +272,6 @@ def _scaling_section(root: Path, out: Path) -> list[str]:
     rounds = {r.results["method"]: r.results["rounds"] for r in runs}
     lines.append(scaling_verdict(normalised, rounds, unlearned(runs)))
     return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
-
-
-def paper_convention(method: str, both_ways: float) -> float:
-    """A busiest edge's bytes as the paper counts them: one direction, values only. Gossip sends
-    the same amount each way across an edge, and ChocoSGD's top-k messages carry an index beside
-    each value; a flooded SeedFlood message crosses an edge once, so its count is one way
-    already (and its few header bytes are part of what the paper's 400 KB counts)."""
-    if method == "seedflood":
-        return both_ways
-    one_way = both_ways / 2
-    if method.startswith("choco"):
-        one_way *= FP32_BYTES / (FP32_BYTES + INDEX_BYTES)
-    return one_way
-
-
-def _power(value: float) -> str:
-    """``value`` as 1.7×10², for ratios that span orders of magnitude."""
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return (
-        f"{mantissa}×10{str(int(exponent)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
-    )
-
-
-def _bytes_ratio(rows: list[dict[str, Any]]) -> list[str]:
-    """How many times fewer bytes SeedFlood's busiest edge carried than every other method's, in
-    the same task and topology (paper: 10²–10⁷ times)."""
-    ratios = []
-    for r in rows:
-        cell = (r["task"], r["topology"])
-        ours = [
-            o["bytes_per_edge"]
-            for o in rows
-            if o["method"] == "seedflood" and (o["task"], o["topology"]) == cell
-        ]
-        if r["method"] != "seedflood" and ours:
-            ratios.append(r["bytes_per_edge"] / ours[0])
-    if not ratios:
-        return []
-    return [
-        f"Bytes: every other method's busiest edge carried {_power(min(ratios))} to "
-        f"{_power(max(ratios))} times SeedFlood's in the same task and topology (paper: 10²–10⁷ "
-        "times less for SeedFlood).",
-        "",
-    ]
 
 
 def _dsgd_reference(runs: list[Run], clients: int, root: Path) -> dict[str, Any]:
@@ -479,6 +438,12 @@ def write_paper_results(root: Path, out: Path) -> Path:
         "SmolLM2-135M-Instruct dequantized from its 4-bit Q4_1 GGUF (`smollm2-135m` in the "
         "settings) on a 2-core CPU (a section's Device line names runs made on a GPU), scaled "
         "down as each configs/paper/*.yaml header states.",
+        "",
+        f"Noise: one run's test accuracy on {TEST_EXAMPLES} examples carries a 95% interval of "
+        f"±{100 * 1.96 * math.sqrt(0.25 / TEST_EXAMPLES):.1f} points near 50% (binomial), and "
+        "seeds differ by more than that. The tuning, scaling and SubCGE grids ran one seed and "
+        "the hops grid two, so a difference of a few points there is within noise; the main "
+        "table's means carry Student-t intervals over their three seeds.",
         "",
         *what_we_found(sections, root),
         *sections,
