@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
 from seedflood.pipeline.churn import ChurnSchedule, Crash
-from seedflood.pipeline.costs import DataHolder, Relay, Scenario
+from seedflood.pipeline.costs import DataHolder, NoRelayLeft, Relay, Scenario
+from seedflood.pipeline.records import Microbatch
 from seedflood.pipeline.routers import simulate
+from seedflood.pipeline.routing import GwtfRouter
 from seedflood.pipeline.swarm import (
     StageBalancer,
     ThroughputEma,
@@ -37,19 +40,19 @@ def test_requests_spread_in_proportion_to_measured_throughput() -> None:
     balancer = StageBalancer(["fast", "slow"], random.Random(0))
     balancer.observe("fast", 1.0, 0.5)  # 2 tasks/s
     balancer.observe("slow", 1.0, 1.0)  # 1 task/s
-    picks = Counter(balancer.choose(1.0, everyone) for _ in range(300))
+    picks = Counter(balancer.choose(1.0, everyone, 0) for _ in range(300))
     assert abs(picks["fast"] - 200) <= 1 and abs(picks["slow"] - 100) <= 1
 
 
 def test_newcomers_are_probed_and_banned_servers_skipped() -> None:
     balancer = StageBalancer(["a", "b"], random.Random(0))
     for _ in range(10):
-        balancer.choose(1.0, everyone)
+        balancer.choose(1.0, everyone, 0)
     balancer.sync(["a", "b", "new"])
-    assert "new" in {balancer.choose(1.0, everyone) for _ in range(2)}
+    assert "new" in {balancer.choose(1.0, everyone, 0) for _ in range(2)}
     balancer.ban("a")
-    assert "a" not in {balancer.choose(1.0, everyone) for _ in range(20)}
-    assert "b" not in {balancer.choose(1.0, lambda name: name != "b") for _ in range(20)}
+    assert "a" not in {balancer.choose(1.0, everyone, 0) for _ in range(20)}
+    assert "b" not in {balancer.choose(1.0, lambda name: name != "b", 0) for _ in range(20)}
 
 
 def relays(*specs: tuple[str, int, float, int]) -> tuple[Relay, ...]:
@@ -149,3 +152,16 @@ def test_rebalancing_happens_in_the_simulation() -> None:
     assert result.iterations[-1].compute_end_s - result.iterations[-1].start_s < (
         result.iterations[0].compute_end_s - result.iterations[0].start_s
     )
+
+
+def test_a_stage_without_a_usable_relay_is_named_by_both_routers() -> None:
+    """The churn model keeps a relay per stage; where a schedule breaks that, GWTF and SWARM
+    both say which stage ran dry instead of failing inside a min()."""
+    with pytest.raises(NoRelayLeft, match="stage 2 has no usable relay left"):
+        StageBalancer(["a"], random.Random(0)).choose(1.0, lambda name: False, 2)
+    scenario = SimpleNamespace(stage=lambda stage: relays(("r1", 1, 1.0, 2), ("r2", 1, 1.0, 2)))
+    view = SimpleNamespace(scenario=scenario, usable=lambda name: False, known_dead=set())
+    mb = Microbatch("h", 0, [None, None, None], [None] * 3, [None] * 3)
+    with pytest.raises(NoRelayLeft, match="stage 1 has no usable relay left") as raised:
+        GwtfRouter(plan=lambda scenario: []).choose(mb, 1, True, view)  # type: ignore[arg-type]
+    assert raised.value.stage == 1

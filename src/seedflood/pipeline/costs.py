@@ -84,6 +84,18 @@ class ScenarioError(ValueError):
     """A scenario that cannot be run, named precisely."""
 
 
+class NoRelayLeft(RuntimeError):
+    """A stage with no relay a microbatch can go to. The churn model keeps one live relay per
+    stage, so this means a schedule or scenario broke that rule; every router says it alike."""
+
+    def __init__(self, stage: int) -> None:
+        super().__init__(
+            f"stage {stage} has no usable relay left: every one crashed, left or is known dead, "
+            "and the churn model keeps at least one per stage"
+        )
+        self.stage = stage
+
+
 def link(a: str, b: str) -> tuple[float, float]:
     """(latency in seconds, bandwidth in bytes/s) between two regions."""
     if a == b:

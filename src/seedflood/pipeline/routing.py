@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence, Set
 from typing import Protocol
 
 from seedflood.pipeline.churn import Join, bottleneck_stage
-from seedflood.pipeline.costs import Relay, Scenario, ScenarioError
+from seedflood.pipeline.costs import NoRelayLeft, Relay, Scenario, ScenarioError
 from seedflood.pipeline.records import Microbatch, Task
 
 Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
@@ -116,6 +116,8 @@ class GwtfRouter:
             return sum(view.scenario.edge_cost(end, name) for end in ends)
 
         candidates = [r.name for r in view.scenario.stage(stage) if view.usable(r.name)]
+        if not candidates:
+            raise NoRelayLeft(stage)
         return min(candidates, key=lambda name: (not view.has_free_slot(name), cost(name), name))
 
     def observe(self, task: Task, elapsed_s: float) -> None:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from seedflood.pipeline.churn import Join, bottleneck_stage
-from seedflood.pipeline.costs import Relay, Scenario
+from seedflood.pipeline.costs import NoRelayLeft, Relay, Scenario
 
 if TYPE_CHECKING:
     from seedflood.pipeline.records import Microbatch, Task
@@ -84,10 +84,10 @@ class StageBalancer:
         known = [e.estimate for e in self.emas.values() if e.estimate is not None]
         return sum(known) / len(known) if known else 1.0
 
-    def choose(self, task_size: float, usable: Callable[[str], bool]) -> str:
+    def choose(self, task_size: float, usable: Callable[[str], bool], stage: int) -> str:
         candidates = [n for n in self.keys if n not in self.banned and usable(n)]
         if not candidates:
-            raise RuntimeError("no usable server left in a stage; the churn model forbids this")
+            raise NoRelayLeft(stage)
         least = min(self.keys[n] for n in candidates)
         name = self.rng.choice(sorted(n for n in candidates if self.keys[n] == least))
         self.keys[name] += task_size / self.throughput(name)
@@ -182,7 +182,7 @@ class SwarmRouter:
 
     def choose(self, mb: Microbatch, stage: int, forward_only: bool, view: RoutingView) -> str:
         size = FORWARD_TASK_SIZE if forward_only else BACKWARD_TASK_SIZE
-        return self.balancers[mb.holder][stage].choose(size, view.usable)
+        return self.balancers[mb.holder][stage].choose(size, view.usable, stage)
 
     def observe(self, task: Task, elapsed_s: float) -> None:
         size = BACKWARD_TASK_SIZE if task.backward else FORWARD_TASK_SIZE
