@@ -297,3 +297,14 @@ def test_a_relay_that_leaves_and_comes_back_under_its_name_is_routed_again() -> 
     again = flow.run()
     validate(scenario, again)
     assert again.value == optimum == optimal_flow(scenario).value
+
+
+def test_a_flow_cut_short_by_its_tick_limit_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """Settled runs are marked so; a run stopped at max_ticks before its flows went quiet is
+    marked unsettled and warns, instead of passing a possibly smaller routing off as done."""
+    scenario = scenario_mix(5)
+    assert DecentralizedFlow(scenario, seed=11).run().settled
+    with caplog.at_level("WARNING"):
+        cut = DecentralizedFlow(scenario, seed=11).run(max_ticks=3)
+    assert not cut.settled
+    assert "stopped at its 3-tick limit before it settled" in caplog.text

@@ -217,4 +217,5 @@ def pipeline_flow(
             f"{solution.max_path_cost:.3f} s, iteration {solution.iteration_time():.3f} s, "
             f"{solution.cost_per_microbatch():.3f} s per microbatch, solved in "
             f"{solution.seconds:.3f} s"
+            + ("" if solution.settled else " [bold red](stopped at its tick limit, unsettled)")
         )

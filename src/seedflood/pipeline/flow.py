@@ -34,6 +34,9 @@ class FlowSolution:
     paths: tuple[tuple[str, ...], ...]
     costs: tuple[float, ...]
     seconds: float = field(default=0.0, compare=False)
+    # False where an iterative solver stopped at its step limit before it settled: the routing
+    # may carry fewer microbatches, or costlier ones, than the solver would reach
+    settled: bool = field(default=True, compare=False)
 
     @classmethod
     def of(

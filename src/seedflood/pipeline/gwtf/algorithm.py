@@ -34,9 +34,11 @@ completes the node with its tick and churn repair, and runs the nodes.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from seedflood.pipeline.costs import Relay, Scenario
 from seedflood.pipeline.flow import FlowSolution
@@ -45,6 +47,8 @@ from seedflood.pipeline.gwtf.messages import Kind, Mailbox, Message
 from seedflood.pipeline.gwtf.moves import AnnealingNode
 
 __all__ = ["STALE_TICKS", "DecentralizedFlow", "Kind", "Message", "decentralized_flow"]
+
+log = logging.getLogger(__name__)
 
 MOVE_PROBABILITY = 0.3  # per tick, an idle node looks for an improvement move
 T0_PER_EDGE = 2.0  # T0 in typical edge costs (results hardly change from 0.5 to 4)
@@ -145,7 +149,9 @@ class DecentralizedFlow:
         return self.mailbox.sent
 
     def run(self, max_ticks: int = 3000, patience: int = 40) -> FlowSolution:
-        """Tick until no flow changed for ``patience`` ticks (or ``max_ticks``)."""
+        """Tick until no flow changed for ``patience`` ticks, or ``max_ticks``: a run cut short
+        there is marked unsettled and said in the log, since at 12-16 stages it can route fewer
+        microbatches than the optimum (docs/results.md, section 6)."""
         start = time.perf_counter()
         quiet = 0
         for _ in range(max_ticks):
@@ -161,8 +167,15 @@ class DecentralizedFlow:
                 node.changed = False
             quiet = 0 if changed else quiet + 1
             if quiet >= patience:
-                break
-        return self.solution(time.perf_counter() - start)
+                return self.solution(time.perf_counter() - start)
+        solution = replace(self.solution(time.perf_counter() - start), settled=False)
+        log.warning(
+            "the decentralized flow stopped at its %d-tick limit before it settled: it routes %d "
+            "microbatches and may route fewer, or slower, than it would with more ticks",
+            max_ticks,
+            solution.value,
+        )
+        return solution
 
     def remove(self, name: str) -> None:
         """``name`` crashed or left: its messages are lost and its neighbours repair."""
