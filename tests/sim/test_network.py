@@ -62,6 +62,22 @@ def test_receivers_get_what_the_wire_carries_sorted_by_sender() -> None:
     assert quantize(math.pi, "bf16") == 3.140625
 
 
+def test_a_packet_seen_before_is_delivered_and_counted_as_the_first_time() -> None:
+    """Flooding forwards one message hop after hop, and the network remembers each packet's
+    encoding and decoding: every later hop must deliver equal, separate lists and count the
+    same bytes as the first."""
+    network = SimulatedNetwork(PATH, "bf16")
+    message = Message(0, 1, math.pi)
+    first = network.hop({1: {2: [message]}})
+    first[2][0][1].append(Message(9, 9, 0.0))  # a receiver's list is its own
+    again = network.hop({2: {3: [message]}, 1: {2: [message]}})
+    assert again == {
+        2: [(1, [Message(0, 1, quantize(math.pi, "bf16"))])],
+        3: [(2, [Message(0, 1, quantize(math.pi, "bf16"))])],
+    }
+    assert network.traffic[(1, 2)].bytes == 2 * network.traffic[(2, 3)].bytes > 0
+
+
 def test_empty_lists_send_no_packet() -> None:
     network = SimulatedNetwork(PATH)
     assert network.hop({0: {1: []}, 1: {}}) == {}

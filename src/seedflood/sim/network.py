@@ -19,6 +19,9 @@ from seedflood.protocol.messages import (
 )
 from seedflood.protocol.traffic import Packet, TrafficCounter
 
+CODEC_MEMORY = 1 << 16
+"""Packets each simulated network remembers encoding and decoding, at most (then forgets all)."""
+
 
 class SimulatedNetwork:
     """Delivers packets between clients hosted in one process, one synchronous hop at a time, and
@@ -48,13 +51,36 @@ class SimulatedNetwork:
         self.neighbors: tuple[tuple[int, ...], ...] = tuple(tuple(row) for row in neighbors)
         self.counter = TrafficCounter(self.neighbors)
         self.traffic = self.counter.traffic
+        self._encoded: dict[tuple[Message, ...], bytes] = {}
+        self._decoded: dict[bytes, tuple[Message, ...]] = {}
+
+    def _encode(self, messages: Sequence[Message]) -> bytes:
+        """``encode_packet``, remembered: flooding forwards each message hop after hop, so the
+        same packet is built again by every client it passes (64 times on a 128-client ring)."""
+        key = tuple(messages)
+        packet = self._encoded.get(key)
+        if packet is None:
+            if len(self._encoded) >= CODEC_MEMORY:
+                self._encoded.clear()
+            packet = self._encoded[key] = encode_packet(messages, self.scalar_format)
+        return packet
+
+    def _decode(self, packet: bytes) -> list[Message]:
+        """``decode_packet``, remembered alike; a packet that does not decode raises every time
+        (a faulty link's corrupted copies), and real peers decode every packet afresh."""
+        messages = self._decoded.get(packet)
+        if messages is None:
+            if len(self._decoded) >= CODEC_MEMORY:
+                self._decoded.clear()
+            messages = self._decoded[packet] = tuple(decode_packet(packet)[0])
+        return list(messages)
 
     def hop(self, outboxes: Mapping[int, Mapping[int, Sequence[Message]]]) -> Deliveries:
         """Send one packet per non-empty (sender, receiver) list; receptions in arrival order,
         which on perfect links is by sender."""
         deliveries: Deliveries = {}
         for sender, receiver, packet in self.carry("flood", self.send(outboxes, self.counter)):
-            received, _ = decode_packet(packet)
+            received = self._decode(packet)
             deliveries.setdefault(receiver, []).append((sender, received))
         return deliveries
 
@@ -74,7 +100,7 @@ class SimulatedNetwork:
                     continue
                 if (sender, receiver) not in self.traffic:
                     raise ValueError(f"client {sender} cannot send to {receiver}: not neighbours")
-                packet = encode_packet(messages, self.scalar_format)
+                packet = self._encode(messages)
                 packets.append((sender, receiver, len(messages), packet))
         scalar_bytes = SCALAR_BYTES[self.scalar_format]
         for sender, receiver, count, packet in packets:
