@@ -128,13 +128,13 @@ class _Terms:
         are added to is widened, not the terms rounded."""
         if not self.pairs:
             return output
-        if self.tokens is None or self.tokens.shape[1] != x.shape[1]:
-            self.tokens = torch.arange(x.shape[1], device=x.device)[None, :]
         x, output = x.float(), output.float()
         autocasting = torch.is_autocast_enabled(x.device.type)
         with torch.autocast(x.device.type, enabled=False) if autocasting else nullcontext():
             if self.one_each:
                 return self._alter_one_each(index, x, output)
+            if self.tokens is None or self.tokens.shape[1] != x.shape[1]:
+                self.tokens = torch.arange(x.shape[1], device=x.device)[None, :]
             for pairs in self.pairs:
                 projected = x @ self.direction.basis(pairs.epoch)[index].T
                 values = projected[pairs.rows, :, pairs.cols[index]] * pairs.factors[index][:, None]
