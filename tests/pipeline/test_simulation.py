@@ -354,3 +354,36 @@ def test_bottleneck_stage_by_capacity_or_throughput() -> None:
     ]
     assert bottleneck_stage(relays, 3, by="capacity") == 1
     assert bottleneck_stage(relays, 3, by="throughput") == 2
+
+
+@pytest.mark.parametrize("router", ["gwtf", "swarm"])
+def test_a_crash_of_a_stages_last_relay_waits_for_another_relay_and_then_lands(
+    router: str,
+) -> None:
+    """s0r2's crash comes while it is stage 0's last relay: it is deferred, not dropped, and
+    lands at the first iteration after a joiner gives stage 0 another relay. Dropped, it would
+    leave s0r2 immune to the rest of the schedule, whose generator counts it as gone."""
+    events = (
+        Crash(1.0, "s0r0"),
+        Crash(2.0, "s0r1"),
+        Crash(3.0, "s0r2"),
+        Join(4.0, "j0", 0.5, 2, "germany"),
+    )
+    result = simulate(
+        SMALL,
+        router=router,
+        plan=cheapest_plan,
+        churn=ChurnSchedule(events),
+        microbatches_target=24,
+        forward_timeout_s=2.0,
+        backward_timeout_s=2.0,
+        stage_parameter_bytes=10**6,
+    )
+    logged = [event for record in result.iterations for event in record.events]
+    deferred = [e for e in logged if e.get("relay") == "s0r2" and "deferred_from_s" in e]
+    assert len(deferred) == 1 and deferred[0]["deferred_from_s"] == pytest.approx(3.0)
+    assert not any(e.get("relay") == "s0r2" and "skipped" in e for e in logged)
+    assert next(e for e in logged if e.get("deferred"))["relay"] == "s0r2"
+    activated = logged.index({"type": "activate", "relay": "j0", "stage": 0})
+    assert logged.index(deferred[0]) == activated + 1  # the next iteration, once j0 serves
+    assert result.lifetimes["s0r2"][1] == pytest.approx(deferred[0]["applied_s"])

@@ -6,8 +6,9 @@ one schedule and every router faces the same one (DESIGN.md §3: "same churn sch
 that trains faster simply lives through fewer of its events.
 
 The model assumes at least one live relay per stage, as GWTF does (gwtf.md §8): the generator
-never schedules the crash or departure of a stage's last remaining relay, and the simulator skips
-(and records) any event that would still do it, e.g. after SWARM moved relays between stages.
+never schedules the crash or departure of a stage's last remaining relay, and the simulator defers
+(and records) any event that would still do it, e.g. after SWARM moved relays between stages,
+until a joiner or a rebalancing gives that stage another relay.
 Data holders never churn: they own the data and are the sources every microbatch starts from.
 """
 

@@ -93,7 +93,8 @@ class TrainedMicrobatch:
 class IterationRecord:
     """One iteration: compute until ``compute_end_s``, then the all-reduce until ``end_s``.
     ``lost`` are admitted microbatches missing from some stage's average (SWARM only);
-    ``events`` are the churn events that fell in it, with the reason when one was skipped."""
+    ``events`` are the churn events that fell in it, with the reason when one was skipped or
+    deferred (``deferred_from_s`` on a deferred one when it lands)."""
 
     index: int
     start_s: float

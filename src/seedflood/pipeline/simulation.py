@@ -58,6 +58,7 @@ from seedflood.pipeline.records import (
 from seedflood.pipeline.routing import Router
 
 KINDS = ("useful", "recomputed", "discarded", "idle")
+DEFERRED = "last relay of its stage: deferred until the stage has another"
 
 
 class Simulation:
@@ -91,6 +92,7 @@ class Simulation:
         self._started: set[tuple[str, int, int, str]] = set()
         self._degraded: list[tuple[frozenset[str], float, float]] = []
         self._joins: list[Join] = []
+        self._deferred: list[tuple[ChurnEvent, float]] = []
         self._log: list[dict[str, Any]] = []
         self._pull_churn()
 
@@ -116,6 +118,7 @@ class Simulation:
             self._step()
         start = self.now
         self._activate_joiners()
+        self._apply_deferred()
         scenario, admitted = self.router.begin_iteration(self._live_scenario(), index)
         self._adopt(scenario)
         stages = scenario.stages
@@ -449,7 +452,7 @@ class Simulation:
         record["applied_s"] = self.now
         skipped = self._apply(event)
         if skipped:
-            record["skipped"] = skipped
+            record["deferred" if skipped == DEFERRED else "skipped"] = skipped
         self._log.append(record)
 
     def _apply(self, event: ChurnEvent) -> str | None:
@@ -479,12 +482,29 @@ class Simulation:
             if peer.relay.stage == state.relay.stage and peer.ended_s is None and not peer.leaving
         ]
         if not state.leaving and len(staying) < 2:
-            return "last relay of its stage"
+            self._deferred.append((event, self.now))
+            return DEFERRED
         if isinstance(event, Leave):
             state.leaving = True
         else:
             self._crash(state)
         return None
+
+    def _apply_deferred(self) -> None:
+        """Crashes and departures that came while their relay was its stage's last, applied once
+        a joiner or a rebalancing gave the stage another. Dropped instead, the schedule's
+        generator (which counts the relay as gone) would never churn that relay again: each stage
+        would keep one relay immune, and the real churn would fall below the nominal rate."""
+        waiting, self._deferred = self._deferred, []
+        for event, deferred_s in waiting:
+            skipped = self._apply(event)
+            if skipped is None:
+                record = {**describe(event), "applied_s": self.now, "deferred_from_s": deferred_s}
+                self._log.append(record)
+            elif skipped != DEFERRED:
+                self._log.append({**describe(event), "applied_s": self.now, "skipped": skipped})
+            else:
+                self._deferred[-1] = (event, deferred_s)  # _apply deferred it again
 
     # End of iteration.
     def _aggregation_s(self) -> float:
