@@ -36,6 +36,10 @@ image lacks it) in a folder that .git/info/exclude ignores, say .gpu/:
     PYTHONPATH=src:/tmp/site SEEDFLOOD_CACHE=.gpu/cache SEEDFLOOD_DATA_DIR=.gpu/data \\
         python3 benchmarks/gpu.py --device cuda --profile --out $OUT
 
+The CUDA tests import the peers too: add wheels of gguf, datasets, hivemind, cryptography and
+their dependencies the image lacks (about 25 MB in all). The H100 call of 2026-11-27 that wrote
+results/bench/gpu.json took 90 s for four rows and their profiles (docs/performance.md).
+
 Here, a smoke test (tests/test_gpu_bench.py runs a smaller one):
 
     .venv/bin/python benchmarks/gpu.py --device cpu --clients 4 --reps 1
