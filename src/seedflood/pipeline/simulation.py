@@ -451,6 +451,8 @@ class Simulation:
         record = describe(event)
         record["applied_s"] = self.now
         skipped = self._apply(event)
+        if skipped == DEFERRED:
+            self._deferred.append((event, self.now))
         if skipped:
             record["deferred" if skipped == DEFERRED else "skipped"] = skipped
         self._log.append(record)
@@ -482,7 +484,6 @@ class Simulation:
             if peer.relay.stage == state.relay.stage and peer.ended_s is None and not peer.leaving
         ]
         if not state.leaving and len(staying) < 2:
-            self._deferred.append((event, self.now))
             return DEFERRED
         if isinstance(event, Leave):
             state.leaving = True
@@ -501,10 +502,10 @@ class Simulation:
             if skipped is None:
                 record = {**describe(event), "applied_s": self.now, "deferred_from_s": deferred_s}
                 self._log.append(record)
-            elif skipped != DEFERRED:
-                self._log.append({**describe(event), "applied_s": self.now, "skipped": skipped})
+            elif skipped == DEFERRED:
+                self._deferred.append((event, deferred_s))
             else:
-                self._deferred[-1] = (event, deferred_s)  # _apply deferred it again
+                self._log.append({**describe(event), "applied_s": self.now, "skipped": skipped})
 
     # End of iteration.
     def _aggregation_s(self) -> float:
