@@ -144,7 +144,11 @@ def test_every_section_with_the_files_numbers(root: Path) -> None:
     # absent sections name their command
     assert "seedflood compare configs/paper/scaling-sst2.yaml --out results/paper-scaling" in text
     assert "seedflood compare configs/paper/subcge-ablation.yaml --out results/paper-subcge" in text
-    assert text.count("**Verdict: not yet run.**") == 2
+    assert (
+        "seedflood compare configs/paper/main-sst2-long.yaml --out results/paper-main-sst2-long"
+        in text
+    )
+    assert text.count("**Verdict: not yet run.**") == 3
     # hops: 71.0 is within 2 points of 72.0; 55.6 is not; k = 2 and 8 are missing
     assert "| 1 | 1 | 55.0 | -17.0 | 3.84 KB |" in text
     assert "| 4 | 1 | 71.0 | -1.0 |" in text
@@ -170,7 +174,7 @@ def test_fallback_and_absent_results(tmp_path: Path) -> None:
     assert "earlier single-setting comparison `results/compare-sst2-ring16`" in text
     assert "SeedFlood at 91.6% of DSGD (paper 94–96%)" in text
     assert "seedflood compare configs/paper/hops-ring64.yaml --out results/paper-hops" in text
-    assert text.count("**Verdict: not yet run.**") == 5  # sections 2-6; 1 shows the fallback
+    assert text.count("**Verdict: not yet run.**") == 6  # sections 1b-6; 1 shows the fallback
 
 
 def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
@@ -227,7 +231,7 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
         "periods (T = 1000: best below 32 70.0%, worst from 32 74.0%); T = 1 loses more than 2 "
         "points to a longer period at rank 32 of 32." in text
     )
-    assert text.count("**Verdict: not yet run.**") == 0
+    assert text.count("**Verdict: not yet run.**") == 1  # the horizon's grid alone
 
 
 def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> None:
@@ -561,3 +565,31 @@ def test_consensus_counts_ring_meshgrid_pairs_made_on_one_device(tmp_path: Path)
     changed = path / "seedflood_topology-meshgrid_seed-0" / "results.json"
     changed.write_text(json.dumps({**json.loads(changed.read_text()), "state_hash": "zz"}))
     assert consensus(tmp_path)[0] == "not"  # type: ignore[index]
+
+
+def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path) -> None:
+    """A 1,000-step seed in paper-main-sst2-long shares method, task, topology and seed with the
+    short grid's runs: it gets its own table, stays out of the main table's mean and out of the
+    ring/meshgrid hash pairs, and a stopped run's last evaluation is named."""
+    long_seed = "seedflood_topology-ring_clients-16_seed-0"
+    _run(root, "paper-main-sst2-long", long_seed, 0.828, rounds=1000)
+    mesh = root / "results" / "paper-main-sst2" / "runs" / "mesh" / "results.json"
+    _run(root, "paper-main-sst2", "mesh", 0.7, topology="meshgrid")
+    mesh.write_text(json.dumps({**json.loads(mesh.read_text()), "state_hash": "aa"}))
+    long_file = root / "results" / "paper-main-sst2-long" / "runs" / long_seed / "results.json"
+    long_file.write_text(json.dumps({**json.loads(long_file.read_text()), "state_hash": "aa"}))
+    stopped = root / "results" / "paper-main-sst2-long" / "unfinished-h100"
+    stopped.mkdir()
+    record = {"round": 15, "train_loss": 0.6931, "accuracy": 0.52, "consensus_distance": 8e-6}
+    (stopped / "dsgd_topology-ring_clients-16_seed-0.history.jsonl").write_text(
+        json.dumps({"round": 0, "accuracy": 0.51}) + "\n" + json.dumps(record) + "\n"
+    )
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    main = text[text.index("## 1. Main") : text.index("## 1b.")]
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    assert "| seedflood | sst2 | ring | 16 | 2 | 30 | 75.0 " in main  # seeds 0 and 1 alone
+    assert "| seedflood | ring | 0 | 1,000 | 82.8 | 49.6 | cpu | 120 |" in horizon
+    assert "dsgd_topology-ring_clients-16_seed-0: round 15, train loss 0.6931" in horizon
+    assert "validation accuracy 52.0%" in horizon
+    # same task, seed, hash and device, but another grid: not a ring/meshgrid pair
+    assert consensus(root) is None

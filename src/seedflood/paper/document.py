@@ -30,6 +30,7 @@ from seedflood.paper.bench import (
 from seedflood.paper.clients import client_table
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
+from seedflood.paper.horizon import horizon_section
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
     LEARNED,
@@ -159,7 +160,11 @@ def _sources(members: list[Run], root: Path) -> str:
 def _main_section(root: Path, out: Path) -> list[str]:
     lines = ["## 1. Main table: every method × task × topology", ""]
     results = root / "results"
-    directories = [d for d in sorted(results.glob("paper-main-*")) if present_runs(d)]
+    directories = [
+        results / f"paper-main-{t}"
+        for t in sorted(MAIN_TASKS)
+        if present_runs(results / f"paper-main-{t}")
+    ]
     missing = [t for t in MAIN_TASKS if results / f"paper-main-{t}" not in directories]
     fallback = not directories
     if fallback:
@@ -423,6 +428,7 @@ def write_paper_results(root: Path, out: Path) -> Path:
     out = out if out.is_absolute() else root / out
     sections = [
         *_main_section(root, out),
+        *horizon_section(root),
         *_scaling_section(root, out),
         *_subcge_section(root, out),
         *_hops_section(root),

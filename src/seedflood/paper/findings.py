@@ -57,15 +57,15 @@ def _section_verdicts(lines: list[str]) -> dict[str, tuple[str, str]]:
 
 def consensus(root: Path) -> tuple[str, str] | None:
     """The claim that SeedFlood's clients agree exactly on any topology: ring and meshgrid runs
-    of one task and seed (hops = diameter) must end on one state hash. Pairs made on different
+    of one grid, task and seed (hops = diameter) must end on one state hash. Pairs made on different
     devices round differently, so they are counted apart, not against the claim."""
-    hashes: dict[tuple[str, int], dict[str, tuple[str, str]]] = defaultdict(dict)
+    hashes: dict[tuple[str, str, int], dict[str, tuple[str, str]]] = defaultdict(dict)
     for directory in sorted((root / "results").glob("paper-main-*")):
         for run in present_runs(directory):
             results = run.results
             if results["method"] != "seedflood" or "state_hash" not in results:
                 continue
-            key = (results["config"]["task"], results["config"]["seed"])
+            key = (directory.name, results["config"]["task"], results["config"]["seed"])
             hashes[key][results["topology"]] = (results["state_hash"], results.get("device", "cpu"))
     pairs = [by for by in hashes.values() if {"ring", "meshgrid"} <= by.keys()]
     same_device = [p for p in pairs if p["ring"][1] == p["meshgrid"][1]]
