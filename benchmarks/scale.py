@@ -17,7 +17,9 @@ sets torch's threads in the child (the default is torch's): on a shared machine 
 small operations wait on each other more than they compute. --label tags the rows of one
 version of the code, so that a before/after pair can sit in one file, and --filled DIR keeps the
 filled state of each hops = 1 run in DIR, so that the second of the pair starts from the first's
-instead of filling again (at 1,024 clients the fill takes most of an hour).
+instead of filling again (at 1,024 clients the fill takes most of an hour). With
+--forward-sample N a stubbed run then times the real forwards of the next round's first N
+groups of clients and estimates the share outside forwards of a round that has them.
 
     SEEDFLOOD_DATA_DIR=../shared/data python benchmarks/scale.py [--clients 16 64 128] [--batch 8]
 """
@@ -43,7 +45,13 @@ from seedflood.sim.devices import peak_rss_mb
 
 
 def measure(
-    clients: int, hops: str, batch: int, rounds: int, stub: bool, filled: Path | None
+    clients: int,
+    hops: str,
+    batch: int,
+    rounds: int,
+    stub: bool,
+    filled: Path | None,
+    forward_sample: int = 0,
 ) -> dict[str, float]:
     """One configuration, in this process."""
     from seedflood.config import RunConfig
@@ -69,10 +77,12 @@ def measure(
     def zeros(input_ids: torch.Tensor, **_: object) -> object:
         return types.SimpleNamespace(last_hidden_state=torch.zeros(*input_ids.shape, hidden))
 
+    stubbed = [stub]
+
     def timed(*args: object, **kwargs: object) -> object:
         started = time.perf_counter()
         try:
-            return (zeros if stub else forward)(*args, **kwargs)
+            return (zeros if stubbed[0] else forward)(*args, **kwargs)
         finally:
             inside[0] += time.perf_counter() - started
 
@@ -101,6 +111,13 @@ def measure(
         seconds.append(time.perf_counter() - started)
         outside.append(seconds[-1] - inside[0])
     median = statistics.median(seconds)
+    sampled = {}
+    if stub and forward_sample:
+        sampled = _sample_forwards(algorithm, fill + rounds, forward_sample, stubbed, inside)
+        share = statistics.median(outside) / (
+            statistics.median(outside) + sampled["forward_seconds_per_round_estimated"]
+        )
+        sampled["outside_forward_share_estimated"] = share
     return {
         "clients": clients,
         "hops": algorithm.hops,
@@ -118,6 +135,32 @@ def measure(
         "seconds_per_filled_round": fill_seconds,
         "held_pending_messages": algorithm.pending_held(),
         "peak_rss_mb": peak_rss_mb(),
+        **sampled,
+    }
+
+
+def _sample_forwards(
+    algorithm: SeedFlood, step: int, sample: int, stubbed: list[bool], inside: list[float]
+) -> dict[str, float]:
+    """The real forwards of the first ``sample`` groups of clients of the next round, each on
+    its own model as the round computes it (same walks, same batches), scaled to all groups: a
+    round with real forwards at 1,024 clients takes an hour with one thread, so with
+    --stub-forwards the forwards' share is estimated from this sample, measured in the same
+    process as the stubbed rounds."""
+    groups = algorithm._groups([algorithm.held(c) for c in range(algorithm.n)])
+    algorithm._groups = lambda _helds: groups[:sample]
+    stubbed[0], inside[0] = False, 0.0
+    try:
+        algorithm.estimates(step)
+    finally:
+        stubbed[0] = True
+        del algorithm._groups
+    per_group = inside[0] / min(sample, len(groups))
+    return {
+        "forward_sample_groups": min(sample, len(groups)),
+        "groups_per_round": len(groups),
+        "forward_seconds_per_group": per_group,
+        "forward_seconds_per_round_estimated": per_group * len(groups),
     }
 
 
@@ -188,6 +231,12 @@ def main() -> None:
     parser.add_argument("--stub-forwards", action="store_true", help="time what is outside them")
     parser.add_argument("--label", default="", help="tag of this version of the code")
     parser.add_argument("--filled", type=Path, help="folder of filled states to load or save")
+    parser.add_argument(
+        "--forward-sample",
+        type=int,
+        default=0,
+        help="with --stub-forwards: time the real forwards of this many groups of clients",
+    )
     parser.add_argument("--one", nargs=2, metavar=("CLIENTS", "HOPS"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--plots", type=Path, default=Path("docs/img"))
@@ -197,7 +246,9 @@ def main() -> None:
     if args.one:
         clients, hops = int(args.one[0]), args.one[1]
         filled = args.filled / f"{clients}-clients-batch-{args.batch}.pkl" if args.filled else None
-        row = measure(clients, hops, args.batch, args.rounds, args.stub_forwards, filled)
+        row = measure(
+            clients, hops, args.batch, args.rounds, args.stub_forwards, filled, args.forward_sample
+        )
         print(json.dumps({**row, "label": args.label}))
         return
     path = args.out / ("scale_outside.json" if args.stub_forwards else "scale.json")
@@ -211,6 +262,7 @@ def main() -> None:
             command += ["--batch", str(args.batch), "--rounds", str(args.rounds)]
             command += ["--threads", str(args.threads)] * bool(args.threads)
             command += ["--stub-forwards"] * args.stub_forwards
+            command += ["--forward-sample", str(args.forward_sample)] * bool(args.forward_sample)
             command += ["--filled", str(args.filled)] * bool(args.filled and hops == "1")
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             row = json.loads(output.strip().splitlines()[-1])
@@ -221,6 +273,13 @@ def main() -> None:
                 f"{row['seconds_per_client_step']:>8.3f} {row['outside_forward_share']:>8.1%} "
                 f"{row['peak_rss_mb']:>7.0f}"
             )
+            if "outside_forward_share_estimated" in row:
+                print(
+                    f"  forwards of {row['forward_sample_groups']} of {row['groups_per_round']} "
+                    f"groups: {row['forward_seconds_per_group']:.2f} s each, about "
+                    f"{row['forward_seconds_per_round_estimated']:.0f} s a round; outside "
+                    f"{row['outside_forward_share_estimated']:.1%} of a round with them"
+                )
             rows.sort(key=_key)
             atomic_write_json(path, {"batch": args.batch, "machine": machine(), "rows": rows})
     if not args.stub_forwards:

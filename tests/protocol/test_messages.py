@@ -17,6 +17,7 @@ from seedflood.protocol.messages import (
     CodecError,
     Message,
     decode_packet,
+    encode_and_view,
     encode_packet,
     packet_header_bytes,
     quantize,
@@ -76,6 +77,13 @@ def test_round_trip_is_canonical(scalar_format: str, data: st.DataObject) -> Non
     expected = [Message(m.step, m.origin, quantize(m.scalar, scalar_format)) for m in messages]
     assert decoded == canonical(expected)
     assert encode_packet(decoded, scalar_format) == packet
+    # what a simulated network hands its receivers without parsing: the decoded messages, bit
+    # for bit (the sign of a zero included)
+    same_packet, view = encode_and_view(shuffled, scalar_format)
+    assert same_packet == packet
+    assert [(m.step, m.origin, struct.pack("<d", m.scalar)) for m in view] == [
+        (m.step, m.origin, struct.pack("<d", m.scalar)) for m in decoded
+    ]
     assert packet_header_bytes(messages, scalar_format) == (
         len(packet) - len(messages) * SCALAR_BYTES[scalar_format]
     )

@@ -258,7 +258,10 @@ class SeedFlood:
         models: the shared weights walk from one group's first client to the next by applying
         only the messages that differ, each client's difference from them (and its ± perturbation,
         one more update (seed, step, ±ε)) is added in the forward, and the weights are restored
-        exactly at the end."""
+        exactly at the end. With hops below the diameter the first walk, from the base, is
+        merged (`SubCGEDirection.apply_terms_merged`); with hops = diameter the few messages
+        pending after a lost packet are applied in order, as the commit will apply them, so a
+        lossy run ends on the loss-free run's hash."""
         assert self.walks is not None and isinstance(self.direction, SubCGEDirection)
         helds = [self.held(client) for client in range(self.n)]
         walker = self.walks.walker(self.pending, self.clip, self.lr)
@@ -269,7 +272,11 @@ class SeedFlood:
         shared: Held = {}
         try:
             for group in self._groups(helds):
-                self.direction.apply_terms(walker.walk(shared, helds[group[0]]))
+                walk = walker.walk(shared, helds[group[0]])
+                if shared or self.hops >= self.topology.diameter:
+                    self.direction.apply_terms(walk)
+                else:  # from the base: a quarter of a million updates at 1,024 clients, hops = 1
+                    self.direction.apply_terms_merged(walk)
                 shared = helds[group[0]]
                 segments = []
                 for client in group:

@@ -190,6 +190,16 @@ def _check_id(value: object, name: str) -> int:
 
 def encode_packet(messages: Iterable[Message], scalar_format: str = "fp32") -> bytes:
     """Pack messages into one canonical packet; the input order does not matter."""
+    return encode_and_view(messages, scalar_format)[0]
+
+
+def encode_and_view(
+    messages: Iterable[Message], scalar_format: str = "fp32"
+) -> tuple[bytes, list[Message]]:
+    """The packet, and the messages `decode_packet` reads from it (canonical order, scalars as
+    they travel), built from the values just packed instead of parsed back: a simulated network
+    hands its receivers what the wire carries without parsing every packet it made itself, a
+    million messages a round at 1,024 clients with hops = 1."""
     code = _format_code(scalar_format)
     items = sorted(
         ((_check_id(m.origin, "origin"), _check_id(m.step, "step"), m.scalar) for m in messages),
@@ -221,7 +231,11 @@ def encode_packet(messages: Iterable[Message], scalar_format: str = "fp32") -> b
             _put_uvarint(out, first - base)
         out += _pack_scalars(values[taken : taken + count], scalar_format)
         previous_origin, taken = origin, taken + count
-    return bytes(out)
+    view = [
+        Message(step, origin, value) for (origin, step, _), value in zip(items, values, strict=True)
+    ]
+    view.sort()
+    return bytes(out), view
 
 
 def decode_packet(data: bytes) -> tuple[list[Message], str]:

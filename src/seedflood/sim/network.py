@@ -15,7 +15,7 @@ from seedflood.protocol.messages import (
     SCALAR_FORMATS,
     Message,
     decode_packet,
-    encode_packet,
+    encode_and_view,
 )
 from seedflood.protocol.traffic import Packet, TrafficCounter
 
@@ -56,13 +56,17 @@ class SimulatedNetwork:
 
     def _encode(self, messages: Sequence[Message]) -> bytes:
         """``encode_packet``, remembered: flooding forwards each message hop after hop, so the
-        same packet is built again by every client it passes (64 times on a 128-client ring)."""
+        same packet is built again by every client it passes (64 times on a 128-client ring).
+        What decoding it gives is remembered with it (`encode_and_view`), so a packet that
+        arrives as it was sent is not parsed."""
         key = tuple(messages)
         packet = self._encoded.get(key)
         if packet is None:
-            if len(self._encoded) >= CODEC_MEMORY:
-                self._encoded.clear()
-            packet = self._encoded[key] = encode_packet(messages, self.scalar_format)
+            for memory in (self._encoded, self._decoded):
+                if len(memory) >= CODEC_MEMORY:
+                    memory.clear()
+            packet, view = encode_and_view(messages, self.scalar_format)
+            self._encoded[key], self._decoded[packet] = packet, tuple(view)
         return packet
 
     def _decode(self, packet: bytes) -> list[Message]:
