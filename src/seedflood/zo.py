@@ -374,8 +374,9 @@ class SubCGEDirection:
         )
         for epoch in terms.epochs.unique().tolist():
             picked = (terms.epochs == epoch).nonzero()[:, 0]
+            epoch_coefs = coefs[picked]
             for index, (w, v) in enumerate(zip(self.matrices, self.basis(epoch), strict=True)):
-                factors = coefs[picked] * signs[index, picked] * scales[index]
+                factors = epoch_coefs * signs[index, picked] * scales[index]
                 coefficients = torch.zeros(
                     w.shape[0] * self.rank, dtype=torch.float64, device="cpu"
                 )

@@ -28,8 +28,8 @@ def horizon_section(root: Path) -> list[str]:
         "ring alone (its ring and meshgrid runs end on one hash), the gossip methods on both.",
         "",
     ]
-    runs = present_runs(directory) if directory.is_dir() else []
-    stopped = sorted(directory.glob("unfinished-*/*.history.jsonl")) if directory.is_dir() else []
+    runs = present_runs(directory)
+    stopped = sorted(directory.glob("unfinished-*/*.history.jsonl"))
     if not runs and not stopped:
         return [*lines, *not_yet_run(GRID, OUT)]
     if runs:

@@ -190,7 +190,7 @@ def _check_id(value: object, name: str) -> int:
 
 def encode_packet(messages: Iterable[Message], scalar_format: str = "fp32") -> bytes:
     """Pack messages into one canonical packet; the input order does not matter."""
-    return encode_and_view(messages, scalar_format)[0]
+    return _encode(messages, scalar_format)[0]
 
 
 def encode_and_view(
@@ -200,6 +200,19 @@ def encode_and_view(
     they travel), built from the values just packed instead of parsed back: a simulated network
     hands its receivers what the wire carries without parsing every packet it made itself, a
     million messages a round at 1,024 clients with hops = 1."""
+    packet, items, values = _encode(messages, scalar_format)
+    view = [
+        Message(step, origin, value) for (origin, step, _), value in zip(items, values, strict=True)
+    ]
+    view.sort()
+    return packet, view
+
+
+def _encode(
+    messages: Iterable[Message], scalar_format: str
+) -> tuple[bytes, list[tuple[int, int, float]], list[float]]:
+    """The packet, with the (origin, step, scalar) items it packs in packing order and their
+    scalars as they travel."""
     code = _format_code(scalar_format)
     items = sorted(
         ((_check_id(m.origin, "origin"), _check_id(m.step, "step"), m.scalar) for m in messages),
@@ -231,11 +244,7 @@ def encode_and_view(
             _put_uvarint(out, first - base)
         out += _pack_scalars(values[taken : taken + count], scalar_format)
         previous_origin, taken = origin, taken + count
-    view = [
-        Message(step, origin, value) for (origin, step, _), value in zip(items, values, strict=True)
-    ]
-    view.sort()
-    return bytes(out), view
+    return bytes(out), items, values
 
 
 def decode_packet(data: bytes) -> tuple[list[Message], str]:
