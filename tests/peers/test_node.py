@@ -225,7 +225,13 @@ def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path:
     joiner_key = public_hex(load_or_create_key(dirs[6] / "state"))
     for d in dirs:
         assert json.loads((d / "state" / "members.json").read_text())["6"]["key"] == joiner_key
-    assert sum(results["rejected"].values()) == 0
+    # nothing was refused but the joiner's first pulls, by members that had not yet heard of
+    # its admission (a race the design allows: such callers are counted, never banned)
+    for peer in results["peers"]:
+        assert peer["banned"] == []
+        late = peer["rejected"].get("not_member_caller", 0)
+        assert sum(peer["rejected"].values()) == late
+        assert late == 0 or peer["client"] != 6
 
 
 def test_a_peer_that_never_returns_is_declared_gone_and_the_rest_finish(

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
-from transformers import get_scheduler
 
 SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 EPS_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -59,7 +58,11 @@ class Schedule:
 
 
 def _multiplier(name: str, warmup: int, total: int, floor: float) -> Callable[[int], float]:
-    """transformers' multiplier function of step for ``name`` (cosine ends at ``floor``)."""
+    """transformers' multiplier function of step for ``name`` (cosine ends at ``floor``).
+    Imported here: transformers' scheduler module pulls in peft, seconds that a constant-rate
+    run (every real peer's start, every CLI call) need not pay."""
+    from transformers import get_scheduler
+
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     if name == "cosine" and floor > 0:
         scheduler = get_scheduler(
