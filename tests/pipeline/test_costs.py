@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from pathlib import Path
 
 import pytest
 
 from seedflood.pipeline.costs import (
+    MEAN_BANDWIDTH,
+    MEAN_LATENCY_S,
     REGIONS,
     DataHolder,
     Relay,
@@ -57,6 +62,39 @@ def test_scenarios_round_trip_through_yaml_and_random_ones_are_seeded(tmp_path: 
     assert {r.region for r in random_scenario(0, regions=2).relays} <= set(REGIONS[:2])
     homogeneous = random_scenario(0, heterogeneous=False)
     assert {(r.compute_s, r.capacity) for r in homogeneous.relays} == {(0.5, 2)}
+
+
+def test_the_default_link_spread_leaves_seeded_scenarios_and_links_as_they_were() -> None:
+    # The fingerprint of seeds 0-4 before link_spread existed (commit d0da703).
+    scenarios = [random_scenario(seed).to_dict() for seed in range(5)]
+    fingerprint = hashlib.sha256(json.dumps(scenarios, sort_keys=True).encode()).hexdigest()
+    assert fingerprint[:16] == "c3d67751fe31de8a"
+    scenario = random_scenario(0)
+    assert scenario == random_scenario(0, link_spread=1.0)
+    assert all(scenario.link(a, b) == link(a, b) for a in REGIONS for b in REGIONS)
+
+
+def test_link_spread_stretches_inter_region_links_around_their_geometric_mean(
+    tmp_path: Path,
+) -> None:
+    alike, stretched = random_scenario(3, link_spread=0.0), random_scenario(3, link_spread=2.0)
+    assert alike.relays == stretched.relays == random_scenario(3).relays
+    pairs = [(a, b) for a in REGIONS for b in REGIONS if a != b]
+    assert {alike.link(a, b) for a, b in pairs} == {(MEAN_LATENCY_S, MEAN_BANDWIDTH)}
+    assert alike.link("japan", "japan") == stretched.link("japan", "japan") == (1e-3, 2 * 2**30)
+    latency, bandwidth = link("australia", "london")  # 132 ms, 77 Mbit/s: slower than most
+    assert stretched.link("australia", "london") == pytest.approx(
+        (latency**2 / MEAN_LATENCY_S, bandwidth**2 / MEAN_BANDWIDTH)
+    )
+    assert stretched.link("australia", "london")[1] == pytest.approx(3.65e6, rel=1e-3)
+    rejoined = stretched.without("s0r0").with_relay(stretched.relays[0])
+    assert rejoined.link_spread == 2.0 and set(rejoined.relays) == set(stretched.relays)
+    stretched.save(tmp_path / "s.yaml")
+    assert Scenario.load(tmp_path / "s.yaml") == stretched
+    assert "link_spread" not in random_scenario(3).to_dict()
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ScenarioError, match="link_spread must be a number >= 0"):
+            random_scenario(0, link_spread=bad)
 
 
 @pytest.mark.parametrize(

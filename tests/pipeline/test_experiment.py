@@ -150,3 +150,44 @@ def test_the_command_line_runs_a_scenario_and_reports_it(tmp_path: Path) -> None
     assert bad.exit_code == 2 and "neither a preset" in bad.output
     missing = runner.invoke(app, ["pipeline", "run", str(tmp_path / "nope.yaml"), "--no-train"])
     assert missing.exit_code == 2
+
+
+def test_the_comparison_sweeps_link_spreads_and_both_swarms_and_refuses_bad_lists(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    grid = ["--seeds", "1", "--microbatches", "8", "--stages", "2", "--relays-per-stage", "3"]
+    grid += ["--churn", "none", "--resources", "heterogeneous", "--no-train", "--out"]
+    sweep = ["--routers", "gwtf,swarm,swarm-direct", "--links", "0,1"]
+    swept = runner.invoke(app, ["pipeline", "compare", *grid, str(tmp_path), *sweep])
+    assert swept.exit_code == 0, swept.output
+    names = sorted(path.stem for path in (tmp_path / "runs").glob("*.json"))
+    assert names == [
+        f"heterogeneous{links}-none-s0-{router}"
+        for links in ("-links0", "")
+        for router in ("gwtf", "swarm", "swarm-direct")
+    ]
+    runs = [json.loads((tmp_path / "runs" / f"{name}.json").read_text()) for name in names]
+    assert [run["link_spread"] for run in runs] == [0.0] * 3 + [1.0] * 3
+    report = (tmp_path / "report.md").read_text()
+    assert "| heterogeneous | none | 1 |" in report  # the main table: measured links only
+    assert "## By link heterogeneity" in report
+    assert re.search(r"\| heterogeneous \| none \| 0 \| 1 \| \d+ \| \d+ \| -?\d+\.\d% ", report)
+    plain = compare_grid(
+        tmp_path, seeds=[0], churn_levels=["none"], resources=["heterogeneous"],
+        microbatches=8, stages=2, relays_per_stage=3,
+    )  # fmt: skip
+    assert (
+        len(plain) == 2
+        and "By link heterogeneity"
+        not in write_pipeline_report(plain, tmp_path / "plain").read_text()
+    )
+    for option, value, allowed in [
+        ("--links", "1,-1", "distinct numbers >= 0"),
+        ("--links", "wide", "distinct numbers >= 0"),
+        ("--routers", "gwtf,petals", "gwtf, swarm, swarm-direct"),
+        ("--churn", "none,none", "none, low, high"),
+        ("--resources", "", "homogeneous, heterogeneous"),
+    ]:
+        bad = runner.invoke(app, ["pipeline", "compare", *grid, str(tmp_path), option, value])
+        assert bad.exit_code == 2 and allowed in " ".join(bad.output.split()), bad.output

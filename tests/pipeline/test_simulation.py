@@ -260,6 +260,9 @@ def test_every_microbatch_is_trained_exactly_once_under_any_churn(churn: ChurnSc
             assert not record.lost or (router == "swarm" and crashed)
         compute = result.compute
         assert math.isclose(compute.accounted_s, compute.live_relay_s, rel_tol=1e-9)
+        wasted = compute.recomputed_s + compute.discarded_s
+        assert math.isclose(sum(compute.waste.values()), wasted, abs_tol=1e-9)
+        assert router == "swarm" or compute.waste["dropped microbatch"] == 0.0
         assert result.microbatches_trained >= 12
 
 

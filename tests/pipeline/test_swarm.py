@@ -1,5 +1,5 @@
 """SWARM's routing: throughput-weighted wiring, bans, rebalancing, and what the simulator makes of
-its stateless, trainer-centric hops."""
+its stateless hops, through the trainer or server to server."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from seedflood.pipeline.churn import ChurnSchedule, Crash
-from seedflood.pipeline.costs import DataHolder, NoRelayLeft, Relay, Scenario
+from seedflood.pipeline.costs import DataHolder, NoRelayLeft, Relay, Scenario, link
 from seedflood.pipeline.records import Microbatch
 from seedflood.pipeline.routers import simulate
 from seedflood.pipeline.routing import GwtfRouter
 from seedflood.pipeline.swarm import (
     StageBalancer,
+    SwarmDirectRouter,
     ThroughputEma,
     admitted_microbatches,
     rebalance,
@@ -90,14 +91,15 @@ def test_admission_takes_the_smallest_stage_capacity_round_robin() -> None:
     assert admitted_microbatches(scenario) == ["d0", "d1", "d0"]
 
 
-def test_stateless_backward_recomputes_each_stage_forward_once() -> None:
+@pytest.mark.parametrize("router", ["swarm", "swarm-direct"])
+def test_stateless_backward_recomputes_each_stage_forward_once(router: str) -> None:
     scenario = Scenario(
         3,
         relays(*((f"s{s}r{k}", s, 0.5 + 0.5 * k, 2) for s in range(3) for k in range(2))),
         (DataHolder("d0", "germany", 4),),
         1000,
     )
-    result = simulate(scenario, router="swarm", microbatches_target=8, stage_parameter_bytes=0)
+    result = simulate(scenario, router=router, microbatches_target=8, stage_parameter_bytes=0)
     trained = [m for record in result.iterations for m in record.trained]
     speed = {r.name: r.compute_s for r in scenario.relays}
     assert result.compute.recomputed_s == pytest.approx(
@@ -128,7 +130,75 @@ def test_gradients_on_a_crashed_server_are_lost_not_recomputed() -> None:
     first, second = result.iterations
     assert first.lost == (("d0", 0),) and first.trained == ()
     assert second.trained[0].path[1] != server
-    assert result.compute.discarded_s == pytest.approx(3.0)
+    # discarded: the lost 3 s gradient and the 9 s of forwards and other stages' backwards
+    # spent on the microbatch that was then not trained
+    assert result.compute.discarded_s == pytest.approx(12.0)
+
+
+def test_without_the_hub_activations_skip_the_trainers_slow_links() -> None:
+    # One microbatch from Australia through a Belgian and a German server. Through the hub every
+    # stage input crosses Australia-Europe twice (there and back, a backward's 2 tensors at
+    # once); server to server only stage 0's input and its backward's inputs do.
+    size = 1_000_000
+    scenario = Scenario(
+        2,
+        (Relay("a", 0, 1.0, 1, "belgium"), Relay("b", 1, 1.0, 1, "germany")),
+        (DataHolder("d0", "australia", 1),),
+        size,
+    )
+
+    def hop(x: str, y: str, n: int = size) -> float:
+        latency, bandwidth = link(x, y)
+        return latency + n / bandwidth
+
+    times = {
+        router: simulate(
+            scenario, router=router, microbatches_target=1, stage_parameter_bytes=0
+        ).total_time_s
+        for router in ("swarm", "swarm-direct")
+    }
+    far_a, far_b, near = (
+        hop("australia", "belgium"),
+        hop("australia", "germany"),
+        hop("belgium", "germany"),
+    )
+    hub = 2 * far_a + 1 + 2 * far_b + 1 + hop("australia", "germany", 2 * size) + 3 + far_b
+    hub += hop("australia", "belgium", 2 * size) + 3 + hop("australia", "belgium", 0)
+    direct = far_a + 1 + near + 1 + near + 3 + max(far_a, near) + 3
+    assert times == pytest.approx({"swarm": hub, "swarm-direct": direct})
+    assert times == pytest.approx({"swarm": 9.883, "swarm-direct": 8.474}, abs=1e-3)
+
+
+def test_without_the_hub_a_crashed_sender_costs_a_timeout_and_a_stage_forward() -> None:
+    # The stage-0 server that ran the forward dies at 1.5 s while keeping its output for
+    # stage 1's stateless backward: after the 20 s timeout the trainer bans it, stage 0's
+    # forward runs again on the other server, and the microbatch is still trained. Through
+    # the hub the trainer kept that input itself, and the crash costs nothing.
+    scenario = Scenario(
+        2,
+        relays(("a0", 0, 1.0, 1), ("a1", 0, 1.0, 1), ("b", 1, 1.0, 1)),
+        (DataHolder("d0", "germany", 1),),
+        0,
+    )
+    first = SwarmDirectRouter(scenario, rebalance_every=0, seed=0).balancers["d0"][0]
+    sender = first.choose(1.0, everyone, 0)
+    other = ({"a0", "a1"} - {sender}).pop()
+    crash = ChurnSchedule((Crash(1.5, sender),))
+    runs = {
+        router: simulate(
+            scenario, router=router, churn=crash, microbatches_target=1, stage_parameter_bytes=0
+        )
+        for router in ("swarm", "swarm-direct")
+    }
+    direct = runs["swarm-direct"]
+    (record,) = direct.iterations
+    assert record.lost == () and record.trained[0].path == (other, "b")
+    # 2.002: stage 1's forward is done; + 20 s timeout; stage 0 again (1 ms hops, 1 s), stage 1's
+    # backward (3 s), stage 0's (3 s).
+    assert direct.total_time_s == pytest.approx(2.002 + 20 + 0.001 + 1 + 0.001 + 3 + 0.001 + 3)
+    assert direct.compute.discarded_s == pytest.approx(1.0)
+    assert direct.compute.recomputed_s == pytest.approx(3.0)
+    assert runs["swarm"].total_time_s == pytest.approx(8.008)
 
 
 def test_rebalancing_happens_in_the_simulation() -> None:

@@ -1,4 +1,4 @@
-"""The sections of docs/results.md read from benchmark and pipeline files, not from training runs.
+"""The sections of docs/results.md read from benchmark files, not from training runs.
 
 Split from seedflood.paper.document so each module stays small; these sections share no run grouping
 with the others, only the path and number formatting below, which seedflood.paper.document reuses.
@@ -17,7 +17,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from seedflood.algorithms.gossip import FP32_BYTES, INDEX_BYTES
-from seedflood.pipeline.report import cells, find_pipeline_runs
 from seedflood.protocol.messages import Message, encode_packet
 
 
@@ -127,60 +126,6 @@ def apply_cost_section(root: Path, out: Path) -> list[str]:
         f"**Verdict: {verdict}**: at {last['messages']:,} messages SubCGE takes {subcge:.3f} s and "
         f"dense {dense_total:.0f} s ({dense_total / subcge:,.0f}×); paper: under 1 s against over "
         "100 s at 1,024. Dense is extrapolated, not timed at every count.",
-        "",
-    ]
-    return lines
-
-
-def pipeline_section(root: Path, out: Path) -> list[str]:
-    lines = ["## 6. GWTF vs SWARM under churn", ""]
-    directory = root / "results" / "pipeline-compare"
-    runs = find_pipeline_runs(directory) if directory.is_dir() else []
-    rows = cells(runs)
-    if not rows:
-        return [*lines, "**Verdict: not yet run.** Run `seedflood pipeline compare --seeds 3`.", ""]
-    lines += [
-        f"Setting: relays {', '.join(sorted({r['resources'] for r in runs}))}; churn "
-        f"{', '.join(r['churn'] for r in rows if r['resources'] == rows[0]['resources'])}; seeds "
-        f"{sorted({r['seed'] for r in runs})}; time to {runs[0]['microbatches_target']} "
-        f"microbatches in simulated seconds. Sources: `{rel(directory, root)}/runs/*.json` "
-        f"({len(runs)} files; the full table with waste and idle time: "
-        f"[report.md]({link(directory / 'report.md', out)})).",
-        "",
-        'A run\'s throughput is its target divided by its time, so "more throughput" '
-        'restates "less time" (1 / (1 − less time) − 1 per run; the columns differ only '
-        "because each averages its own quantity over the seeds): one measurement, shown both "
-        "ways because the paper states both. Wasted: share of busy relay time whose work was "
-        "recomputed or discarded; idle: share of relay time spent waiting.",
-        "",
-        "| relays | churn | seeds | GWTF time (s) | SWARM time (s) | less time | more throughput "
-        "| wasted GWTF / SWARM | idle GWTF / SWARM |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['resources']} | {r['churn']} | {r['seeds']} | {r['gwtf_time_s']:.0f} "
-            f"| {r['swarm_time_s']:.0f} | {pct(r['less_time'])}% | {pct(r['more_throughput'])}% "
-            f"| {pct(r['gwtf_wasted'])}% / {pct(r['swarm_wasted'])}% "
-            f"| {pct(r['gwtf_idle'])}% / {pct(r['swarm_idle'])}% |"
-        )
-    lines.append("")
-    for plot in sorted(directory.glob("*.png")):
-        lines += [f"![{plot.stem.replace('_', ' ')}]({link(plot, out)})", ""]
-    less = max(r["less_time"] for r in rows)
-    more = max(r["more_throughput"] for r in rows)
-    ahead = all(r["less_time"] > 0 and r["more_throughput"] > 0 for r in rows)
-    verdict = "reproduced" if ahead and less >= 0.40 and more >= 0.25 else "partly"
-    idle = [r[f"{router}_idle"] for r in rows for router in ("gwtf", "swarm")]
-    lines += [
-        f"**Verdict: {verdict if ahead else 'not'}**: GWTF "
-        f"{'ahead of' if ahead else 'not ahead of'} SWARM in every cell; up to {pct(less)}% "
-        f"less time (paper: up to 45%); restated as throughput, up to {pct(more)}% more "
-        "(paper: up to 30%). Relays sit idle "
-        f"{pct(min(idle))}–{pct(max(idle))}% of the time under both routers, so neither "
-        "router's relays are the bottleneck here. Untested: the paper's \"up to 50% better "
-        'than SWARM with heterogeneous communication"; these scenarios vary relay speeds and '
-        "churn, not link bandwidths and latencies.",
         "",
     ]
     return lines

@@ -24,12 +24,12 @@ from seedflood.paper.bench import (
     link,
     paper_convention,
     pct,
-    pipeline_section,
     rel,
 )
 from seedflood.paper.clients import client_table
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
+from seedflood.paper.gwtf import flow_section, links_section, pipeline_section
 from seedflood.paper.horizon import horizon_section
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
@@ -434,6 +434,8 @@ def write_paper_results(root: Path, out: Path) -> Path:
         *_hops_section(root),
         *apply_cost_section(root, out),
         *pipeline_section(root, out),
+        *links_section(root, out),
+        *flow_section(root),
     ]
     lines = [
         "# Reproducing the papers at this machine's scale",

@@ -21,6 +21,8 @@ CLAIMS = (  # (section heading, the paper's claim as its notes state it)
     ("## 4.", "Flooding 4–8 hops a round loses nothing; 1–2 hops hurt"),
     ("## 5.", "SubCGE applies messages far cheaper than regenerating dense directions"),
     ("## 6.", "GWTF: up to 45% less time and 30% more throughput than SWARM under churn"),
+    ("## 6b.", "GWTF: up to 50% better than SWARM with heterogeneous communication"),
+    ("## 6c.", "GWTF's decentralized flow is near-optimal against a centralized scheme"),
 )
 VERDICT = re.compile(r"^\*\*Verdict: (?P<word>[^*]+?)\.?\*\*(?P<rest>.*)$")
 RATIOS = re.compile(r"carried (?P<low>[\d.]+×10\S+) to (?P<high>[\d.]+×10\S+) times")

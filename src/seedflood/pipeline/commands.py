@@ -3,6 +3,7 @@ traces replayed through real stages of a language model."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,32 @@ def _churn(value: str) -> Any:
     return ChurnRates(crash_per_relay_hour=rate, join_per_relay_hour=rate)
 
 
+def _listed(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """A comma-separated choice among ``allowed``, each named at most once."""
+    chosen = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [part for part in chosen if part not in allowed]
+    if not chosen or unknown or len(set(chosen)) < len(chosen):
+        raise typer.BadParameter(
+            f"{value!r}: give {what} as a comma-separated list, each once, of {', '.join(allowed)}"
+        )
+    return chosen
+
+
+def _spreads(value: str) -> list[float]:
+    """Link spreads to sweep (costs.Scenario): 0 = alike links, 1 = the measured table."""
+    try:
+        spreads = [float(part) for part in value.split(",")]
+    except ValueError:
+        spreads = []
+    usable = all(0 <= spread < math.inf for spread in spreads)  # NaN fails too
+    if not spreads or not usable or len(set(spreads)) < len(spreads):
+        raise typer.BadParameter(
+            f"{value!r}: give link spreads as distinct numbers >= 0 separated by commas "
+            "(0: every inter-region link alike, 1: the measured table, 2: its ratios squared)"
+        )
+    return spreads
+
+
 def _lm_for_pipeline(model: str, data_dir: str | None, seed: int, stages: int) -> Any:
     """A model to pipeline and texts to train it on: SST-2 sentences with their labels."""
     from seedflood.learning.models import load_model
@@ -61,12 +88,18 @@ def pipeline_run(
     scenario_file: Annotated[
         Path, typer.Argument(help="YAML scenario (seedflood pipeline scenario)")
     ],
-    router: Annotated[str, typer.Option(help="gwtf or swarm")] = "gwtf",
+    router: Annotated[
+        str, typer.Option(help="gwtf, swarm (trainer hub) or swarm-direct (server to server)")
+    ] = "gwtf",
     churn: Annotated[str, typer.Option(help="none, low, high, or crashes per relay-hour")] = "none",
     microbatches: Annotated[int, typer.Option(help="Train until this many microbatches")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the churn schedule and the routers")] = 0,
     planner: Annotated[
-        str, typer.Option(help="GWTF routing: decentralized or optimal")
+        str,
+        typer.Option(
+            help="GWTF routing: decentralized (repairs its flow through churn), replan "
+            "(the same algorithm afresh at every change) or optimal (centralized)"
+        ),
     ] = "decentralized",
     train: Annotated[bool, typer.Option(help="Replay the trace through real stages")] = True,
     model: Annotated[str, typer.Option(help="Model whose stages are trained")] = "tiny",
@@ -119,6 +152,9 @@ def pipeline_scenario(
     holders: Annotated[int, typer.Option()] = 2,
     regions: Annotated[int, typer.Option(help="How many of the 12 regions to use")] = 10,
     heterogeneous: Annotated[bool, typer.Option()] = True,
+    link_spread: Annotated[
+        float, typer.Option(help="0 = all inter-region links alike, 1 = the measured table")
+    ] = 1.0,
     micro_batch: Annotated[int, typer.Option(help="Sequences per microbatch")] = 8,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence")] = 256,
     calibrate: Annotated[
@@ -144,6 +180,7 @@ def pipeline_scenario(
             holders=holders,
             regions=regions,
             heterogeneous=heterogeneous,
+            link_spread=link_spread,
             compute_s=compute_s,
             activation=activation_bytes(micro_batch, seq_len, 576),
         )
@@ -164,12 +201,33 @@ def pipeline_compare(
     relays_per_stage: Annotated[int, typer.Option()] = 4,
     train: Annotated[bool, typer.Option(help="Replay traces through real stages")] = True,
     model: Annotated[str, typer.Option(help="Model whose stages are trained")] = "tiny",
+    routers: Annotated[
+        str, typer.Option(help="Comma-separated: gwtf, swarm, swarm-direct")
+    ] = "gwtf,swarm",
+    links: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated link spreads: 0 = all inter-region links alike, 1 = the "
+            "measured table, 2 = its ratios squared"
+        ),
+    ] = "1",
+    churn: Annotated[str, typer.Option(help="Comma-separated churn presets")] = "none,low,high",
+    resources: Annotated[
+        str, typer.Option(help="Comma-separated: homogeneous, heterogeneous")
+    ] = "homogeneous,heterogeneous",
 ) -> None:
-    """GWTF vs SWARM: homogeneous and heterogeneous relays, 10 regions, no/low/high churn."""
+    """GWTF vs SWARM over relays, link spreads and churn presets (default: homogeneous and
+    heterogeneous relays, the measured links of 10 regions, no/low/high churn)."""
+    from seedflood.pipeline.churn import PRESETS
     from seedflood.pipeline.experiment import compare_grid
     from seedflood.pipeline.report import write_pipeline_report
+    from seedflood.pipeline.routers import ROUTERS
 
-    cells = 2 * 3 * seeds * 2
+    chosen_routers = _listed(routers, ROUTERS, "routers")
+    spreads = _spreads(links)
+    churn_levels = _listed(churn, tuple(PRESETS), "churn presets")
+    kinds = _listed(resources, ("homogeneous", "heterogeneous"), "relay kinds")
+    cells = seeds * len(chosen_routers) * len(spreads) * len(churn_levels) * len(kinds)
     with _progress("[bold]runs") as bar:
         task = bar.add_task("runs", total=cells, status="")
 
@@ -180,8 +238,10 @@ def pipeline_compare(
             runs = compare_grid(
                 out,
                 seeds=range(seeds),
-                churn_levels=("none", "low", "high"),
-                resources=("homogeneous", "heterogeneous"),
+                churn_levels=churn_levels,
+                resources=kinds,
+                routers=chosen_routers,
+                link_spreads=spreads,
                 microbatches=microbatches,
                 stages=stages,
                 relays_per_stage=relays_per_stage,

@@ -9,13 +9,21 @@ between consecutive nodes is DESIGN.md §3's
 
 with c = compute seconds per microbatch (0 for a data holder), λ in seconds, β in bytes/s and
 size the activation bytes of one microbatch.
+
+A scenario's ``link_spread`` stretches how unlike its inter-region links are, for sweeping the
+paper's heterogeneous-communication claim without changing who is where: each link's latency and
+bandwidth keep their ratio to the table's geometric mean raised to that power, so 0 makes every
+inter-region link the mean link, 1 is the measured table (the default) and 2 squares every ratio.
+Same-region links stay at 1 ms and 2 GiB/s: what is stretched is the geography.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +86,9 @@ def _links() -> dict[tuple[str, str], tuple[float, float]]:
 
 
 LINKS = _links()
+# The centres link_spread stretches around: geometric means over the table's region pairs.
+MEAN_LATENCY_S = statistics.geometric_mean(latency for latency, _ in LINKS.values())
+MEAN_BANDWIDTH = statistics.geometric_mean(bandwidth for _, bandwidth in LINKS.values())
 
 
 class ScenarioError(ValueError):
@@ -139,6 +150,7 @@ class Scenario:
     relays: tuple[Relay, ...]
     holders: tuple[DataHolder, ...]
     activation_bytes: int
+    link_spread: float = 1.0
     nodes: dict[str, Relay | DataHolder] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -153,6 +165,8 @@ class Scenario:
                 )
             nodes[node.name] = node
         object.__setattr__(self, "nodes", nodes)
+        if not (math.isfinite(self.link_spread) and self.link_spread >= 0):
+            raise ScenarioError(f"link_spread must be a number >= 0; got {self.link_spread}")
         if self.stages < 1:
             raise ScenarioError(f"stages must be at least 1; got {self.stages}")
         if not self.holders:
@@ -179,10 +193,22 @@ class Scenario:
         node = self.nodes[name]
         return node.compute_s if isinstance(node, Relay) else 0.0
 
+    def link(self, a: str, b: str) -> tuple[float, float]:
+        """(latency in seconds, bandwidth in bytes/s) between two regions, stretched by
+        ``link_spread``; written so that a spread of 1 returns the table's figures bit for bit."""
+        latency, bandwidth = link(a, b)
+        if a == b:
+            return latency, bandwidth
+        keep = 1 - self.link_spread
+        return (
+            latency**self.link_spread * MEAN_LATENCY_S**keep,
+            bandwidth**self.link_spread * MEAN_BANDWIDTH**keep,
+        )
+
     def edge_cost(self, a: str, b: str) -> float:
         """d_ab: half of each end's compute, mean latency, and the transfer over mean bandwidth
         (forward one way, backward the other)."""
-        latency, bandwidth = link(self.nodes[a].region, self.nodes[b].region)
+        latency, bandwidth = self.link(self.nodes[a].region, self.nodes[b].region)
         return (self.compute(a) + self.compute(b)) / 2 + latency + self.activation_bytes / bandwidth
 
     def path_cost(self, path: tuple[str, ...]) -> float:
@@ -190,20 +216,27 @@ class Scenario:
 
     def without(self, name: str) -> Scenario:
         """The scenario after ``name`` left or crashed."""
-        return Scenario(
-            self.stages,
-            tuple(r for r in self.relays if r.name != name),
-            tuple(h for h in self.holders if h.name != name),
-            self.activation_bytes,
+        return replace(
+            self,
+            relays=tuple(r for r in self.relays if r.name != name),
+            holders=tuple(h for h in self.holders if h.name != name),
         )
 
     def with_relay(self, relay: Relay) -> Scenario:
-        return Scenario(self.stages, (*self.relays, relay), self.holders, self.activation_bytes)
+        return self.with_relays((*self.relays, relay))
+
+    def with_relays(self, relays: tuple[Relay, ...]) -> Scenario:
+        """The same stages, holders and links served by ``relays``."""
+        return replace(self, relays=relays)
 
     def to_dict(self) -> dict[str, Any]:
+        """The default link spread is left out, so files written before it existed still say
+        exactly what such a scenario holds."""
+        spread = {} if self.link_spread == 1.0 else {"link_spread": self.link_spread}
         return {
             "stages": self.stages,
             "activation_bytes": self.activation_bytes,
+            **spread,
             "holders": [asdict(h) for h in self.holders],
             "relays": [asdict(r) for r in self.relays],
         }
@@ -216,6 +249,7 @@ class Scenario:
                 relays=tuple(Relay(**r) for r in data["relays"]),
                 holders=tuple(DataHolder(**h) for h in data["holders"]),
                 activation_bytes=int(data["activation_bytes"]),
+                link_spread=float(data.get("link_spread", 1.0)),
             )
         except KeyError as missing:
             raise ScenarioError(f"scenario lacks the key {missing}") from None
@@ -249,9 +283,12 @@ def random_scenario(
     heterogeneous: bool = True,
     compute_s: float = 0.5,
     activation: int = activation_bytes(8, 256, 576),
+    link_spread: float = 1.0,
 ) -> Scenario:
     """A seeded random scenario over the first ``regions`` regions. Heterogeneous relays differ
-    up to 4x in speed and hold 1 to 4 microbatches; homogeneous ones are all alike (capacity 2)."""
+    up to 4x in speed and hold 1 to 4 microbatches; homogeneous ones are all alike (capacity 2).
+    ``link_spread`` draws nothing, so every spread of one seed puts the same relays in the same
+    places."""
     if not 1 <= regions <= len(REGIONS):
         raise ScenarioError(f"regions must be 1..{len(REGIONS)}; got {regions}")
     rng = random.Random(seed)
@@ -270,4 +307,4 @@ def random_scenario(
                 )
             )
     data = tuple(DataHolder(f"d{k}", rng.choice(places), microbatches) for k in range(holders))
-    return Scenario(stages, tuple(relays), data, activation)
+    return Scenario(stages, tuple(relays), data, activation, link_spread)

@@ -22,19 +22,20 @@ import torch
 
 from seedflood.files import atomic_write_json
 from seedflood.pipeline.costs import Scenario, random_scenario
-from seedflood.pipeline.gwtf.algorithm import decentralized_flow
 from seedflood.pipeline.records import SimResult
 from seedflood.pipeline.routers import optimal_plan, simulate
-from seedflood.pipeline.routing import Planner
+from seedflood.pipeline.routing import DecentralizedPlanner, Planner
 from seedflood.pipeline.stages import PipelineTrainer, split_llama
 
-PLANNERS = ("decentralized", "optimal")
+PLANNERS = ("decentralized", "replan", "optimal")
 
 
 def planner(name: str, seed: int) -> Planner:
-    """GWTF's routing: the decentralized algorithm (what GWTF runs), or the centralized optimum."""
-    if name == "decentralized":
-        return lambda scenario: decentralized_flow(scenario, seed).paths
+    """GWTF's routing: the decentralized algorithm repairing its flow through churn (what GWTF
+    runs), the same algorithm started afresh at every membership change (to compare), or the
+    centralized optimum."""
+    if name in ("decentralized", "replan"):
+        return DecentralizedPlanner(seed, repair=name == "decentralized")
     if name == "optimal":
         return optimal_plan
     raise ValueError(f"planner must be one of {', '.join(PLANNERS)}; got {name!r}")
@@ -89,16 +90,21 @@ def replay_losses(
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of a comparison: a router on a seeded scenario under a churn preset."""
+    """One cell of a comparison: a router on a seeded scenario under a churn preset, its links
+    stretched by ``link_spread`` (costs.Scenario)."""
 
     router: str
     resources: str  # "heterogeneous" or "homogeneous"
     churn: str
     seed: int
+    link_spread: float = 1.0
 
     @property
     def name(self) -> str:
-        return f"{self.resources}-{self.churn}-s{self.seed}-{self.router}"
+        """The default spread stays out of the name, so runs from before the sweep existed are
+        found and skipped as done."""
+        links = "" if self.link_spread == 1.0 else f"-links{self.link_spread:g}"
+        return f"{self.resources}{links}-{self.churn}-s{self.seed}-{self.router}"
 
     def scenario(self, stages: int, relays_per_stage: int) -> Scenario:
         return random_scenario(
@@ -109,6 +115,7 @@ class RunSpec:
             microbatches=8,
             regions=10,
             heterogeneous=self.resources == "heterogeneous",
+            link_spread=self.link_spread,
         )
 
 
@@ -168,6 +175,7 @@ def run_pipeline(
         "seed": seed,
         "planner": plan if router == "gwtf" else None,
         "microbatches_target": microbatches,
+        "link_spread": scenario.link_spread,
         **summarize(result, microbatches),
         "compute": {
             "useful_s": result.compute.useful_s,
@@ -203,17 +211,20 @@ def compare_grid(
     microbatches: int,
     stages: int,
     relays_per_stage: int,
+    routers: Sequence[str] = ("gwtf", "swarm"),
+    link_spreads: Sequence[float] = (1.0,),
     train: Callable[[], tuple[torch.nn.Module, Any, Sequence[str]]] | None = None,
     show: Callable[[str], None] = lambda _name: None,
 ) -> list[dict[str, Any]]:
-    """Every (resources, churn, seed) cell for both routers; finished runs are read back."""
+    """Every (resources, link spread, churn, seed) cell for each router; finished runs are read
+    back."""
     runs = []
     model = tokenizer = None
     texts: Sequence[str] = ()
-    for kind, churn, seed, router in itertools.product(
-        resources, churn_levels, seeds, ("gwtf", "swarm")
+    for kind, spread, churn, seed, router in itertools.product(
+        resources, link_spreads, churn_levels, seeds, routers
     ):
-        spec = RunSpec(router, kind, churn, seed)
+        spec = RunSpec(router, kind, churn, seed, spread)
         path = out_dir / "runs" / f"{spec.name}.json"
         if path.is_file():
             runs.append(json.loads(path.read_text()))

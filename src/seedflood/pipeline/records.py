@@ -40,7 +40,7 @@ class Microbatch:
 class Task:
     """One relay's turn on one stage of a microbatch: a forward, a backward, or both (the last
     stage turning round, a recovery, or SWARM's stateless backward). ``work`` is how its compute
-    will be booked, decided when it starts."""
+    will be booked, (cause, seconds) per stage part as ``ledger.Ledger`` decides when it starts."""
 
     mb: Microbatch
     stage: int
@@ -64,7 +64,8 @@ class Wait:
 @dataclass(eq=False)
 class RelayState:
     """A relay's life: its queue, the slots its kept activations take (``held``), and this
-    iteration's finished work and gradients, which a crash throws away."""
+    iteration's finished tasks whose products it keeps (``kept``) and gradients, which a crash
+    throws away."""
 
     relay: Relay
     alive_since: float
@@ -76,7 +77,7 @@ class RelayState:
     queue: deque[Task] = field(default_factory=deque)
     waiting: deque[Task] = field(default_factory=deque)
     held: set[MicrobatchKey] = field(default_factory=set)
-    kept: list[tuple[str, float]] = field(default_factory=list)
+    kept: list[Task] = field(default_factory=list)
     gradients: list[tuple[MicrobatchKey, int]] = field(default_factory=list)
 
 
@@ -114,13 +115,15 @@ class IterationRecord:
 @dataclass(frozen=True)
 class ComputeAccount:
     """Relay-seconds by use; ``live_relay_s`` is the sum of the relays' lifetimes, which the
-    four kinds add up to."""
+    four kinds add up to. ``waste`` splits recomputed and discarded time by cause (the causes
+    are ``ledger``'s), so that a router's waste says what produced it."""
 
     useful_s: float
     recomputed_s: float
     discarded_s: float
     idle_s: float
     live_relay_s: float
+    waste: dict[str, float] = field(default_factory=dict)
 
     @property
     def accounted_s(self) -> float:

@@ -1,4 +1,5 @@
-"""GWTF or SWARM by name, and a simulation run with the one named: the pipeline's entry point.
+"""GWTF or SWARM (through its trainer hub, or server to server) by name, and a simulation run
+with the one named: the pipeline's entry point.
 
 The only module that knows both the event loop (simulation.py) and every concrete router
 (routing.py, swarm.py), so that neither of those has to know the other: the simulation drives
@@ -15,9 +16,10 @@ from seedflood.pipeline.flow import optimal_flow
 from seedflood.pipeline.records import SimResult
 from seedflood.pipeline.routing import GwtfRouter, Planner, Router
 from seedflood.pipeline.simulation import Simulation
-from seedflood.pipeline.swarm import SwarmRouter
+from seedflood.pipeline.swarm import SwarmDirectRouter, SwarmRouter
 
-ROUTERS = (GwtfRouter.name, SwarmRouter.name)
+SWARM_ROUTERS = {router.name: router for router in (SwarmRouter, SwarmDirectRouter)}
+ROUTERS = (GwtfRouter.name, *SWARM_ROUTERS)
 # fp32 gradients of SmolLM2-135M (134,515,008 parameters), the project's default model, split
 # evenly over the stages when no stage size is given.
 DEFAULT_MODEL_GRADIENT_BYTES = 134_515_008 * 4
@@ -37,7 +39,7 @@ def make_router(
     rebalance_every: int = 5,
 ) -> Router:
     """The router called ``name`` for ``scenario``. GWTF follows ``plan`` (default: the
-    centralized optimal flow); SWARM breaks ties with ``seed`` and rebalances every
+    centralized optimal flow); either SWARM breaks ties with ``seed`` and rebalances every
     ``rebalance_every`` iterations (0: never). Each ignores the other's options, but a negative
     ``rebalance_every`` is refused for both, being a mistake whichever router is asked for."""
     if name not in ROUTERS:
@@ -46,7 +48,7 @@ def make_router(
         raise ScenarioError(f"rebalance_every must be >= 0; got {rebalance_every}")
     if name == GwtfRouter.name:
         return GwtfRouter(plan or optimal_plan)
-    return SwarmRouter(scenario, rebalance_every=rebalance_every, seed=seed)
+    return SWARM_ROUTERS[name](scenario, rebalance_every=rebalance_every, seed=seed)
 
 
 def simulate(

@@ -7,17 +7,20 @@ from replies and failures. Routers never see the simulation itself: ``choose`` r
 a free slot), and the other calls get only the scenario or the microbatch at hand, so a router
 depends on what it reads, not on the event loop. SWARM's router lives in swarm.py; GWTF's, which
 follows an injected planner's paths once they are checked against the scenario, lives here with
-the interface.
+the interface, and so does the planner that runs GWTF's decentralized algorithm across iterations.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence, Set
+from dataclasses import replace
 from typing import Protocol
 
 from seedflood.pipeline.churn import Join, bottleneck_stage
 from seedflood.pipeline.costs import NoRelayLeft, Relay, Scenario, ScenarioError
+from seedflood.pipeline.flow import FlowSolution
+from seedflood.pipeline.gwtf.algorithm import DecentralizedFlow
 from seedflood.pipeline.records import Microbatch, Task
 
 Planner = Callable[[Scenario], Sequence[tuple[str, ...]]]
@@ -40,12 +43,14 @@ class RoutingView(Protocol):
 
 
 class Router(Protocol):
-    """What differs between GWTF and SWARM. ``stateful`` routers keep activations on relays and
-    pass them relay to relay; stateless ones route every hop through the data holder. ``name``
-    is what results are labelled with and what the router is chosen by."""
+    """What differs between GWTF and SWARM. ``stateful`` routers keep activations on relays
+    between forward and backward; stateless ones re-run a stage's forward in its backward. A
+    ``hub`` router routes every hop through the data holder; the others pass outputs relay to
+    relay. ``name`` is what results are labelled with and what the router is chosen by."""
 
     name: str
     stateful: bool
+    hub: bool
 
     def begin_iteration(
         self, scenario: Scenario, iteration: int
@@ -84,11 +89,58 @@ def check_plan(scenario: Scenario, paths: Sequence[tuple[str, ...]]) -> list[tup
     return list(paths)
 
 
+class DecentralizedPlanner:
+    """GWTF's decentralized algorithm as a planner, one per simulation run.
+
+    With ``repair`` (the default) it keeps its flow nodes from one plan to the next and brings
+    them to the new membership the way GWTF meets churn (gwtf.md §5.3): departed relays are
+    removed, so their neighbours drop the links to them and re-request the units left without a
+    hop; joiners are added; then the nodes tick until the flow settles again, starting from the
+    routing they had rather than from nothing. Without ``repair`` every membership change starts
+    a fresh run of the algorithm, the replan it is compared against. ``last`` is the latest
+    solution (how many microbatches it routes, whether it settled)."""
+
+    def __init__(self, seed: int, *, repair: bool = True, max_ticks: int | None = None) -> None:
+        self.seed = seed
+        self.repair = repair
+        self.max_ticks = max_ticks
+        self.flow: DecentralizedFlow | None = None
+        self.last: FlowSolution | None = None
+
+    def __call__(self, scenario: Scenario) -> list[tuple[str, ...]]:
+        flow = self.flow
+        if flow is None or not self.repair or not self._membership_differs_only(scenario):
+            flow = self.flow = DecentralizedFlow(scenario, self.seed)
+        else:
+            # joiners before the departed, so that a stage whose every relay was replaced
+            # between two plans is never empty in between (the flow refuses such a scenario)
+            before = {relay.name: relay for relay in flow.scenario.relays}
+            after = {relay.name: relay for relay in scenario.relays}
+            for name, relay in after.items():
+                if name not in before:
+                    flow.add(relay)
+                elif before[name] != relay:
+                    flow.remove(name)
+                    flow.add(relay)
+            for name in before:
+                if name not in after:
+                    flow.remove(name)
+        self.last = flow.run(self.max_ticks)
+        return list(self.last.paths)
+
+    def _membership_differs_only(self, scenario: Scenario) -> bool:
+        """Whether ``scenario`` is the flow's own but for which relays serve: churn, which the
+        nodes can repair; anything else (holders, stages, sizes) is another problem."""
+        assert self.flow is not None, "a flow to compare with"
+        return replace(self.flow.scenario, relays=scenario.relays) == scenario
+
+
 class GwtfRouter:
     """Stateful relay-to-relay routing along a planned flow, with one-stage crash recovery."""
 
     name = "gwtf"
     stateful = True
+    hub = False
 
     def __init__(self, plan: Planner) -> None:
         self.plan = plan

@@ -19,8 +19,11 @@ the successor also its kept gradient) to the cheapest live replacement of that s
 recomputes only that stage. Gradients lost with a crashed relay are recomputed the same way. The
 next iteration is planned afresh on the scenario without the dead.
 
-SWARM (swarm.py): trainer-centric, stateless relays; a crash costs a timeout and a retry; the
-gradients a crashed server had accumulated are lost, so its microbatches count as lost.
+SWARM (swarm.py): stateless relays; a crash costs a timeout and a retry; the gradients a crashed
+server had accumulated are lost, so its microbatches count as lost. Its prototype's trainer is a
+hub (``Router.hub``): every stage input goes trainer → server and every output back. Without the
+hub (swarm-direct), outputs go server → server as GWTF's do, and the sender of a stage's input
+keeps it for that stage's stateless backward; a lost one is recomputed from the stage below.
 
 The loop knows a router only by the routing.Router interface; picking GWTF or SWARM by name and
 running it is routers.simulate's job, so this module imports no concrete router.
@@ -31,7 +34,8 @@ starts with every crash known.
 
 Every second of a live relay is useful, recomputed (a stage forward or backward of a microbatch
 already started once this iteration, SWARM's stateless re-forward included), discarded (lost in a
-crash: the task in progress and every finished product the relay kept) or idle.
+crash: the task in progress, every finished product the relay kept, and all the work on a
+microbatch that a crash left out of some stage's average) or idle; ledger.py books it by cause.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from seedflood.pipeline.churn import ChurnEvent, Degrade, Join, Leave, describe
-from seedflood.pipeline.costs import Relay, Scenario, ScenarioError, link
+from seedflood.pipeline.costs import Relay, Scenario, ScenarioError
+from seedflood.pipeline.ledger import Ledger
 from seedflood.pipeline.records import (
-    ComputeAccount,
     IterationRecord,
     Microbatch,
     MicrobatchKey,
@@ -57,7 +61,6 @@ from seedflood.pipeline.records import (
 )
 from seedflood.pipeline.routing import Router
 
-KINDS = ("useful", "recomputed", "discarded", "idle")
 DEFERRED = "last relay of its stage: deferred until the stage has another"
 
 
@@ -84,12 +87,11 @@ class Simulation:
         self.now = 0.0
         self.states = {r.name: RelayState(r, 0.0, idle_since=0.0) for r in scenario.relays}
         self.known_dead: set[str] = set()
-        self.totals = dict.fromkeys(KINDS, 0.0)
+        self.ledger = Ledger()
         self.microbatches: list[Microbatch] = []
         self._open = 0
         self._heap: list[tuple[float, int, str, Any]] = []
         self._order = itertools.count()
-        self._started: set[tuple[str, int, int, str]] = set()
         self._degraded: list[tuple[frozenset[str], float, float]] = []
         self._joins: list[Join] = []
         self._deferred: list[tuple[ChurnEvent, float]] = []
@@ -139,11 +141,12 @@ class Simulation:
         compute_end = self.now
         end = compute_end + self._aggregation_s()
         trained, lost, duplicates = self._collect()
+        self.ledger.drop(lost)
         for state in self.states.values():
             state.kept.clear()
             state.gradients.clear()
             state.held.clear()
-        self._started.clear()
+        self.ledger.new_iteration()
         self.microbatches = []
         while self._heap and self._heap[0][0] < end:
             self._step(at=end)
@@ -183,10 +186,7 @@ class Simulation:
             name: (state.alive_since, state.ended_s if state.ended_s is not None else self.now)
             for name, state in self.states.items()
         }
-        account = ComputeAccount(
-            *(self.totals[kind] for kind in KINDS),
-            live_relay_s=sum(end - begin for begin, end in lifetimes.values()),
-        )
+        account = self.ledger.account(sum(end - begin for begin, end in lifetimes.values()))
         return SimResult(self.router.name, tuple(records), account, lifetimes)
 
     def _step(self, at: float | None = None) -> None:
@@ -207,8 +207,7 @@ class Simulation:
         all-reduce needs every replica, so it reveals the crashed ones."""
         self.known_dead.update(name for name, state in self.states.items() if state.crashed)
         relays = tuple(state.relay for state in self.states.values() if state.ended_s is None)
-        base = self.scenario
-        return Scenario(base.stages, relays, base.holders, base.activation_bytes)
+        return self.scenario.with_relays(relays)
 
     def _adopt(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -237,6 +236,7 @@ class Simulation:
             self._forget(mb, name)
         stages = len(mb.path)
         stateful = self.router.stateful
+        relayed = not self.router.hub
         if mb.reached < stages - 1:
             target, backward = mb.reached + 1, False
         else:
@@ -246,7 +246,7 @@ class Simulation:
                 return
             target, backward = max(missing), True
         stage = target
-        while stateful and stage > 0 and mb.output_at[stage - 1] is None:
+        while relayed and stage > 0 and mb.output_at[stage - 1] is None:
             stage -= 1
         if stage < target:
             self._dispatch(mb, stage, forward=True, backward=False)
@@ -260,9 +260,9 @@ class Simulation:
         for stage in range(len(mb.path)):
             if mb.path[stage] == name:
                 mb.path[stage] = None
-            if self.router.stateful and mb.output_at[stage] == name:
+            if not self.router.hub and mb.output_at[stage] == name:
                 mb.output_at[stage] = None
-            if self.router.stateful and mb.gradient_at[stage] == name:
+            if not self.router.hub and mb.gradient_at[stage] == name:
                 mb.gradient_at[stage] = None
 
     def _finish(self, mb: Microbatch) -> None:
@@ -302,10 +302,10 @@ class Simulation:
     def _sources(
         self, mb: Microbatch, stage: int, forward: bool, backward: bool
     ) -> list[tuple[str, int]]:
-        """Who sends what for a task: SWARM's trainer sends the stage input (and, for a
-        backward, the output gradient too); GWTF relays send their kept output and gradient."""
+        """Who sends what for a task: a hub (SWARM's trainer) sends the stage input (and, for a
+        backward, the output gradient too); otherwise relays send their kept output and gradient."""
         size = self.scenario.activation_bytes
-        if not self.router.stateful:
+        if self.router.hub:
             return [(mb.holder, 2 * size if backward else size)]
         sources = []
         if forward:
@@ -319,7 +319,7 @@ class Simulation:
         if source == target:
             return 0.0
         regions = (self.scenario.nodes[source].region, self.scenario.nodes[target].region)
-        latency, bandwidth = link(*regions)
+        latency, bandwidth = self.scenario.link(*regions)
         pair = frozenset(regions)
         slowdown = max(
             (
@@ -337,34 +337,27 @@ class Simulation:
             return
         task = state.queue.popleft()
         if state.idle_since is not None:
-            self.totals["idle"] += self.now - state.idle_since
+            self.ledger.idle(self.now - state.idle_since)
             state.idle_since = None
-        compute = state.relay.compute_s
-        parts = [("forward", compute)] if task.forward else []
-        parts += [("backward", 2 * compute)] if task.backward else []
-        for part, seconds in parts:
-            key = (*task.mb.key, task.stage, part)
-            task.work.append(("recomputed" if key in self._started else "useful", seconds))
-            self._started.add(key)
+        stateless = not self.router.stateful
+        duration = self.ledger.start(task, state.relay.compute_s, stateless=stateless)
         task.started_s = self.now
         state.current = task
-        self._push(self.now + sum(seconds for _, seconds in parts), "done", task)
+        self._push(self.now + duration, "done", task)
 
     def _end_life(self, state: RelayState) -> None:
         if state.idle_since is not None:
-            self.totals["idle"] += self.now - state.idle_since
+            self.ledger.idle(self.now - state.idle_since)
             state.idle_since = None
         if state.current is not None and state.current.started_s is not None:
-            self.totals["discarded"] += self.now - state.current.started_s
+            self.ledger.interrupted(self.now - state.current.started_s)
         state.ended_s = self.now
 
     def _crash(self, state: RelayState) -> None:
         name = state.relay.name
         self._end_life(state)
         state.crashed = True
-        for kind, seconds in state.kept:
-            self.totals[kind] -= seconds
-            self.totals["discarded"] += seconds
+        self.ledger.lose(state.kept)
         for container in (state.kept, state.gradients, state.held, state.queue, state.waiting):
             container.clear()
         state.current = None
@@ -400,11 +393,9 @@ class Simulation:
         state.current = None
         state.idle_since = self.now
         task.finished = True
-        for kind, seconds in task.work:
-            self.totals[kind] += seconds
-        stateful = self.router.stateful
-        if stateful or task.backward:
-            state.kept.extend(task.work)
+        self.ledger.done(task)
+        if not self.router.hub or task.backward:
+            state.kept.append(task)
         if task.backward:
             state.gradients.append((task.mb.key, task.stage))
             state.held.discard(task.mb.key)
@@ -412,7 +403,7 @@ class Simulation:
                 admitted = state.waiting.popleft()
                 state.held.add(admitted.mb.key)
                 state.queue.append(admitted)
-        if stateful:
+        if not self.router.hub:
             self._on_result(task)
         else:
             reply = 0 if task.backward and task.stage == 0 else self.scenario.activation_bytes
@@ -428,7 +419,7 @@ class Simulation:
         mb.pending = None
         self.router.observe(task, self.now - task.sent_s)
         if task.forward:
-            mb.output_at[task.stage] = task.relay if self.router.stateful else mb.holder
+            mb.output_at[task.stage] = mb.holder if self.router.hub else task.relay
             mb.reached = max(mb.reached, task.stage)
         if task.backward:
             mb.gradient_at[task.stage] = task.relay

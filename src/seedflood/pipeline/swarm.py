@@ -14,6 +14,12 @@ throughput to the one with the least, if that raises the pipeline's minimum stag
 stage capacity, so the batch trained per iteration never shrinks because of a rebalance. Moves
 happen between iterations; the download of the new stage's parameters is not timed.
 
+The public prototype routes every hop through the trainer (trainer → server → trainer, twice the
+activation traffic, the trainer's links on every hop); the SWARM paper wires servers to each
+other. ``SwarmDirectRouter`` is that variant: the same trainer-side choices, with activations going
+server → server, so comparing the two separates what GWTF gains by choosing links from what it
+gains by not detouring through the trainer.
+
 Like every router, SWARM's sees the simulation only through routing.RoutingView: choosing a
 server reads nothing but which servers are usable; what it learns comes from replies and failures.
 """
@@ -127,8 +133,9 @@ def rebalance(scenario: Scenario) -> Scenario | None:
     if not options:
         return None
     _, chosen = min(options)
-    relays = tuple(replace(r, stage=receiver) if r.name == chosen else r for r in scenario.relays)
-    return Scenario(scenario.stages, relays, scenario.holders, scenario.activation_bytes)
+    return scenario.with_relays(
+        tuple(replace(r, stage=receiver) if r.name == chosen else r for r in scenario.relays)
+    )
 
 
 def admitted_microbatches(scenario: Scenario) -> list[str]:
@@ -152,6 +159,7 @@ class SwarmRouter:
 
     name = "swarm"
     stateful = False
+    hub = True
 
     def __init__(self, scenario: Scenario, *, rebalance_every: int, seed: int) -> None:
         self.rebalance_every = rebalance_every
@@ -190,3 +198,12 @@ class SwarmRouter:
 
     def failed(self, mb: Microbatch, relay: str, stage: int) -> None:
         self.balancers[mb.holder][stage].ban(relay)
+
+
+class SwarmDirectRouter(SwarmRouter):
+    """SWARM's stateless routing with servers wired to each other: the trainer still picks every
+    server, but a stage's output goes straight to the next stage's server, and its sender keeps it
+    for the stateless backward there."""
+
+    name = "swarm-direct"
+    hub = False

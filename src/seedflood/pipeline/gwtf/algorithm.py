@@ -20,6 +20,11 @@ to the end (suffix); the path cost is their sum.
   downstream parts of two units, REDIRECT moves a unit to a peer with room. The node asked
   accepts if the larger cost of the affected paths drops, else with probability exp(-Δ/T);
   accepting cools T by ``cooling``, and below ``FROZEN`` × T0 only improvements pass, so runs end.
+- Move windows: costs travel a hop per tick, so on long pipelines moves made at will are weighed
+  on costs an earlier move already changed. A frozen node moves only in its stage's window of a
+  sweep over the stages, which lets every move's new costs arrive before the next window that
+  reads them; T also cools as a window opens, so every node freezes within a set number of
+  sweeps. Quiet for two sweeps, the routing has settled.
 - Repair: a crashed node's neighbours drop its links; units left without a next hop are
   re-requested, outflows left without inflow are offered to the next request, then cancelled.
 
@@ -44,14 +49,17 @@ from seedflood.pipeline.costs import Relay, Scenario
 from seedflood.pipeline.flow import FlowSolution
 from seedflood.pipeline.gwtf.links import HOLDERS, STALE_TICKS, Neighbours
 from seedflood.pipeline.gwtf.messages import Kind, Mailbox, Message
-from seedflood.pipeline.gwtf.moves import AnnealingNode
+from seedflood.pipeline.gwtf.moves import AnnealingNode, sweep_ticks
 
 __all__ = ["STALE_TICKS", "DecentralizedFlow", "Kind", "Message", "decentralized_flow"]
 
 log = logging.getLogger(__name__)
 
-MOVE_PROBABILITY = 0.3  # per tick, an idle node looks for an improvement move
+MOVE_PROBABILITY = 0.3  # per tick it may move (take_turn), an idle node looks for a move
 T0_PER_EDGE = 2.0  # T0 in typical edge costs (results hardly change from 0.5 to 4)
+# Sweeps a run may take: ANNEAL_SWEEPS to freeze, the descent (at most 12 measured at 12-16
+# stages), two quiet ones to call it settled, and room to spare.
+MAX_SWEEPS = 30
 
 
 class FlowNode(AnnealingNode):
@@ -64,7 +72,13 @@ class FlowNode(AnnealingNode):
         if self.request is None:
             self.push_back_stale()
         self.cancel_dangling()
-        if self.proposal is None and self.request is None and self.rng.random() < MOVE_PROBABILITY:
+        turn = self.take_turn(tick)
+        if (
+            turn
+            and self.proposal is None
+            and self.request is None
+            and self.rng.random() < MOVE_PROBABILITY
+        ):
             self.try_move()
         self.advertise()
         self.share_table(tick)
@@ -148,24 +162,19 @@ class DecentralizedFlow:
     def messages_sent(self) -> int:
         return self.mailbox.sent
 
-    def run(self, max_ticks: int = 3000, patience: int = 40) -> FlowSolution:
+    def run(self, max_ticks: int | None = None, patience: int | None = None) -> FlowSolution:
         """Tick until no flow changed for ``patience`` ticks, or ``max_ticks``: a run cut short
-        there is marked unsettled and said in the log, since at 12-16 stages it can route fewer
-        microbatches than the optimum (docs/results.md, section 6)."""
+        there is marked unsettled and said in the log. Both count sweeps by default, since a
+        sweep's length grows with the stages: ``MAX_SWEEPS``, and two for ``patience``, because
+        once frozen a node moves only in its stage's window, so a quiet shorter than a sweep may
+        be a pause between windows, and a node tries a move in only most of its windows."""
+        sweep = sweep_ticks(self.scenario.stages)
+        max_ticks = MAX_SWEEPS * sweep if max_ticks is None else max_ticks
+        patience = 2 * sweep if patience is None else patience
         start = time.perf_counter()
         quiet = 0
         for _ in range(max_ticks):
-            self.tick += 1
-            for message in self.mailbox.collect():
-                receiver = self.nodes.get(message.receiver)
-                if receiver is not None:
-                    receiver.receive(message)
-            for node in self.nodes.values():
-                node.act(self.tick)
-            changed = any(node.changed for node in self.nodes.values())
-            for node in self.nodes.values():
-                node.changed = False
-            quiet = 0 if changed else quiet + 1
+            quiet = 0 if self.step() else quiet + 1
             if quiet >= patience:
                 return self.solution(time.perf_counter() - start)
         solution = replace(self.solution(time.perf_counter() - start), settled=False)
@@ -176,6 +185,21 @@ class DecentralizedFlow:
             solution.value,
         )
         return solution
+
+    def step(self) -> bool:
+        """One tick: deliver the messages posted during the last, let every node act; whether
+        any node's flows changed."""
+        self.tick += 1
+        for message in self.mailbox.collect():
+            receiver = self.nodes.get(message.receiver)
+            if receiver is not None:
+                receiver.receive(message)
+        for node in self.nodes.values():
+            node.act(self.tick)
+        changed = any(node.changed for node in self.nodes.values())
+        for node in self.nodes.values():
+            node.changed = False
+        return changed
 
     def remove(self, name: str) -> None:
         """``name`` crashed or left: its messages are lost and its neighbours repair."""
@@ -244,11 +268,12 @@ class DecentralizedFlow:
             random.Random(f"{self.seed}:{name}"),
             self.t0,
             self.cooling,
+            self.scenario.stages,
         )
         # a relay that comes back under its old name must not reuse link names its
         # neighbours may still hold from before it left
         node.serial = self.retired_serials.get(name, 0)
 
 
-def decentralized_flow(scenario: Scenario, seed: int, max_ticks: int = 3000) -> FlowSolution:
+def decentralized_flow(scenario: Scenario, seed: int, max_ticks: int | None = None) -> FlowSolution:
     return DecentralizedFlow(scenario, seed).run(max_ticks)

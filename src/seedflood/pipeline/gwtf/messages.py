@@ -71,22 +71,21 @@ class Table:
 
 @dataclass(frozen=True)
 class SwapOffer:
-    """Proposer's unit ``mine`` for the receiver's unit on ``theirs``, whose next hop the
-    proposer reaches at ``edge_to_their_next``."""
+    """Proposer's unit ``mine`` for the receiver's unit ``theirs`` as its table showed it, whose
+    next hop the proposer reaches at ``edge_to_their_next``. The receiver refuses if ``theirs``
+    changed since: the proposer weighed the swap on those costs."""
 
     mine: UnitView
-    theirs: str
-    their_next: str | None
+    theirs: UnitView
     edge_to_their_next: float
 
 
 @dataclass(frozen=True)
 class RedirectOffer:
-    """The proposer, which has room, asks to carry the receiver's unit on ``inflow``."""
+    """The proposer, which has room, asks to carry the receiver's ``unit`` (as its table showed
+    it), reaching the unit's previous and next nodes at ``edge_prev`` and ``edge_next``."""
 
-    inflow: str
-    prev: str | None
-    next: str | None
+    unit: UnitView
     edge_prev: float
     edge_next: float
 

@@ -4,6 +4,22 @@ Nodes of one stage share flow tables; from them a node finds a SWAP (exchange th
 parts of two units) or a REDIRECT (carry a peer's unit, having room) and proposes it. The node
 asked accepts if the larger cost of the affected paths drops, else with probability exp(-Δ/T);
 accepting cools T by ``cooling``, and below ``FROZEN`` × T0 only improvements pass, so runs end.
+A move that leaves the larger cost as it was (mostly an exchange of identical downstream parts)
+is never made: it would change nothing but the links' names.
+
+When moves are made matters on long pipelines (issue 34). A move is weighed on prefix and suffix
+costs that travel one hop per tick, so with 12-16 stages and every node moving at will, most
+moves were weighed while an earlier move's new costs were still on their way: they lowered
+costs that no longer existed, undid each other, and runs did not settle in 3,000 ticks. So a
+warm node moves at will (its moves explore anyway), but a frozen one only in its stage's window
+of a sweep: holders first, then stage 0, 1, ..., ``MOVE_WINDOW`` ticks each, then ``stages``
+idle ticks. A window's moves are answered within it; their new prefixes reach the next stage as
+its window opens and every later stage before its own, and their new suffixes reach every
+earlier stage before the sweep comes back to it. Once all are frozen, every move is thus weighed
+on exact costs and lowers the sorted vector of path costs, so the descent ends. The temperature
+also cools as a node's window opens, so that every node freezes within ``ANNEAL_SWEEPS`` sweeps
+however rarely its moves are accepted.
+
 Kept apart from the link protocol it builds on, which routes units without ever moving them.
 """
 
@@ -15,7 +31,7 @@ import random
 from collections.abc import Callable
 
 from seedflood.pipeline.flow import IMPROVEMENT
-from seedflood.pipeline.gwtf.links import Inflow, LinkNode, Neighbours, Outflow, Pending
+from seedflood.pipeline.gwtf.links import HOLDERS, Inflow, LinkNode, Neighbours, Outflow, Pending
 from seedflood.pipeline.gwtf.messages import (
     Kind,
     Mailbox,
@@ -29,6 +45,16 @@ from seedflood.pipeline.gwtf.messages import (
 TABLE_PERIOD = 2  # least ticks between two flow tables sent to same-stage peers
 EXPLORE_PROBABILITY = 0.5  # with none improving, it proposes a random move this often
 FROZEN = 0.02  # below FROZEN * T0 a node accepts improvements only
+MOVE_WINDOW = 6  # ticks each stage, holders first, has for its moves in a sweep
+PROPOSE_TICKS = 4  # the window's first ticks, when proposals go out: the last is answered in it
+ANNEAL_SWEEPS = 10  # sweeps in which the temperature falls from T0 to FROZEN * T0 by itself
+WINDOW_COOLING = FROZEN ** (1 / ANNEAL_SWEEPS)
+
+
+def sweep_ticks(stages: int) -> int:
+    """Ticks of one sweep: a window per stage, holders first, then ``stages`` ticks for the last
+    stage's cost changes to reach the holders before their next window."""
+    return (stages + 1) * MOVE_WINDOW + stages
 
 
 def swap_delta(u: UnitView, u_to_v_next: float, v: UnitView, v_to_u_next: float) -> float:
@@ -44,7 +70,9 @@ def redirect_delta(unit: UnitView, edge_prev: float, edge_next: float) -> float:
 
 class AnnealingNode(LinkNode):
     """A LinkNode that also improves its units' routing by moves with its same-stage peers,
-    reading the tables they shared; ``temperature`` starts at ``t0``."""
+    reading the tables they shared; ``temperature`` starts at ``t0``. Its move window needs no
+    coordinator: ``stages`` is the pipeline's depth, which every node knows from how the model
+    is split, and ticks are the rounds every node counts."""
 
     def __init__(
         self,
@@ -58,23 +86,36 @@ class AnnealingNode(LinkNode):
         rng: random.Random,
         t0: float,
         cooling: float,
+        stages: int,
     ) -> None:
         super().__init__(name, stage, capacity, last, neighbours, measure, mailbox, rng)
         self.t0, self.temperature, self.cooling = t0, t0, cooling
+        self.sweep = sweep_ticks(stages)
         self.tables: dict[str, Table] = {}
         self.table_sent: Table | None = None
         self.table_tick = -TABLE_PERIOD
 
     def anneal(self, delta: float) -> bool:
+        """Accept a move that changes the larger cost by ``delta``. One that leaves it as it was
+        is refused: it mostly exchanges identical downstream parts, and accepting it would
+        only unsettle the paths' costs and cool the node without changing the routing."""
         if delta < -IMPROVEMENT:
             accepted = True
-        elif self.temperature < FROZEN * self.t0:
+        elif delta <= IMPROVEMENT or self.temperature < FROZEN * self.t0:
             accepted = False
         else:
             accepted = self.rng.random() < math.exp(-delta / self.temperature)
         if accepted:
             self.temperature *= self.cooling
         return accepted
+
+    def take_turn(self, tick: int) -> bool:
+        """Whether this node may propose a move at ``tick``: at will while warm, once frozen in
+        the first ``PROPOSE_TICKS`` of its stage's window. The temperature cools as it opens."""
+        offset = tick % self.sweep - (self.stage - HOLDERS) * MOVE_WINDOW
+        if offset == 0:
+            self.temperature *= WINDOW_COOLING
+        return self.temperature >= FROZEN * self.t0 or 0 <= offset < PROPOSE_TICKS
 
     def share_table(self, tick: int) -> None:
         if not self.same or tick - self.table_tick < TABLE_PERIOD:
@@ -101,7 +142,7 @@ class AnnealingNode(LinkNode):
                     if v.next in self.edges and u.next in theirs:
                         to_v_next = self.edges[v.next]
                         delta = swap_delta(u, to_v_next, v, theirs[u.next])
-                        moves.append((delta, peer, SwapOffer(u, v.inflow, v.next, to_v_next)))
+                        moves.append((delta, peer, SwapOffer(u, v, to_v_next)))
         if self.spare() > 0:
             for peer, table in self.tables.items():
                 for v in table.units:
@@ -109,8 +150,9 @@ class AnnealingNode(LinkNode):
                     if all(e in self.edges for e in ends):
                         edge_prev = self.edges[v.prev] if v.prev else 0.0
                         edge_next = self.edges[v.next] if v.next else 0.0
-                        offer = RedirectOffer(v.inflow, v.prev, v.next, edge_prev, edge_next)
+                        offer = RedirectOffer(v, edge_prev, edge_next)
                         moves.append((redirect_delta(v, edge_prev, edge_next), peer, offer))
+        moves = [m for m in moves if abs(m[0]) > IMPROVEMENT]
         if not moves:
             return
         move = min(moves, key=lambda m: m[0])
@@ -140,12 +182,12 @@ class AnnealingNode(LinkNode):
     def on_propose_swap(self, message: Message) -> None:
         offer = message.swap
         assert offer is not None
-        mine = self.view(offer.theirs) if offer.theirs in self.inflows else None
+        mine = self.view(offer.theirs.inflow) if offer.theirs.inflow in self.inflows else None
         u = offer.mine
         if (
             self.proposal is not None
             or mine is None
-            or mine.next != offer.their_next
+            or mine != offer.theirs
             or u.next not in self.edges
             or not self.anneal(swap_delta(u, offer.edge_to_their_next, mine, self.edges[u.next]))
         ):
@@ -185,11 +227,11 @@ class AnnealingNode(LinkNode):
     def on_propose_redirect(self, message: Message) -> None:
         offer = message.redirect
         assert offer is not None
-        unit = self.view(offer.inflow) if offer.inflow in self.inflows else None
+        unit = self.view(offer.unit.inflow) if offer.unit.inflow in self.inflows else None
         if (
             self.proposal is not None
             or unit is None
-            or (unit.prev, unit.next) != (offer.prev, offer.next)
+            or unit != offer.unit
             or not self.anneal(redirect_delta(unit, offer.edge_prev, offer.edge_next))
         ):
             self.send(Kind.REJECT_MOVE, message.sender)
