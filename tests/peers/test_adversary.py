@@ -178,6 +178,8 @@ def test_a_hostile_member_cannot_crash_stall_or_steer_the_others(data_dir, tmp_p
             if k != hostile:
                 assert peers.processes[k].wait(timeout=600) == 0
     survivors = [peers.dir(k) for k in range(PEERS) if k != hostile]
+    # none waited for the member they removed, which is still running
+    assert all("stopped waiting" not in (d / "peer.log").read_text() for d in survivors)
     results = merge_results(tmp_path / "out", survivors)
     assert results["consensus"] and all(p["committed_step"] == rounds - 1 for p in results["peers"])
     banned_at = json.loads((peers.dir(hostile) / "state" / "peer.json").read_text())

@@ -33,6 +33,8 @@ def run_with_one_faulty(
             if k != faulty:
                 assert peers.processes[k].wait(timeout=900) == 0
         assert peers.processes[faulty].poll() is None  # still alive: it misbehaves, not crashes
+    for k in range(peers_n):  # nobody waited for the removed member, which never finishes
+        assert k == faulty or "stopped waiting" not in (peers.dir(k) / "peer.log").read_text()
     return [peers.dir(k) for k in range(peers_n)]
 
 

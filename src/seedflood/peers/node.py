@@ -388,13 +388,18 @@ class Node(PeerRecords):
 
     def _linger(self) -> None:
         """Keep serving until every live member has finished too: a neighbour that restarted or
-        joined late may still need this peer's messages."""
+        joined late may still need this peer's messages. A member the quorum removed needs
+        none (its seat is closed), so it is not waited for: a silent or hostile one never
+        finishes, and would hold every honest peer for the whole linger."""
         deadline = time.monotonic() + self.options.linger
         while time.monotonic() < deadline:
             with self.cond:
                 self.state.commit()
+                removed = {
+                    i for i, seat in self.state.members.seats.items() if seat.gone_from is not None
+                }
             members = self.seating.membership.members()
-            if all(m.done for m in members if m.index >= 0):
+            if all(m.done for m in members if m.index >= 0 and m.index not in removed):
                 return
             time.sleep(0.2)
         self.say(f"stopped waiting for the other peers to finish after {self.options.linger:g} s")

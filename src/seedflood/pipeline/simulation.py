@@ -17,7 +17,8 @@ wait, as two microbatches could each hold the slot the other needs). Whoever wai
 crashed relay notices after a timeout; the predecessor re-sends its kept activation (in backward
 the successor also its kept gradient) to the cheapest live replacement of that stage, which
 recomputes only that stage. Gradients lost with a crashed relay are recomputed the same way. The
-next iteration is planned afresh on the scenario without the dead.
+next iteration is planned on the scenario without the dead: GWTF's planner repairs the flow it
+had (routing.DecentralizedPlanner), or, to compare, plans afresh.
 
 SWARM (swarm.py): stateless relays; a crash costs a timeout and a retry; the gradients a crashed
 server had accumulated are lost, so its microbatches count as lost. Its prototype's trainer is a
