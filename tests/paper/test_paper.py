@@ -90,18 +90,24 @@ def _bench(root: Path) -> None:
     (bench / "apply_cost.json").write_text(json.dumps({**apply, "rows": apply_rows}))
 
 
-def _pipeline_runs(directory: Path, times: dict[tuple[str, float], tuple[float, ...]]) -> None:
+def _pipeline_runs(
+    directory: Path,
+    times: dict[tuple[str, float], tuple[float, ...]],
+    churn: str = "high",
+    stages: int = 4,
+    **extra: object,
+) -> None:
     """Runs of a comparison in the simulator's schema: (router, link spread) → time per seed."""
     runs = directory / "runs"
     runs.mkdir(parents=True)
-    scenario = {"stages": 4, "relays": [{}] * 16}
+    scenario = {"stages": stages, "relays": [{}] * (4 * stages)}
     for (router, spread), per_seed in times.items():
         for seed, time_s in enumerate(per_seed):
-            run = {"kind": "pipeline", "router": router, "resources": "homogeneous"}
-            run |= {"churn": "high", "seed": seed, "time_to_target_s": time_s, "iterations": []}
+            run = {"kind": "pipeline", "router": router, "resources": "homogeneous", **extra}
+            run |= {"churn": churn, "seed": seed, "time_to_target_s": time_s, "iterations": []}
             run |= {"throughput": 200 / time_s, "wasted_fraction": 0.1, "idle_fraction": 0.5}
             run |= {"microbatches_target": 200, "link_spread": spread, "scenario": scenario}
-            (runs / f"{spread}-{seed}-{router}.json").write_text(json.dumps(run))
+            (runs / f"{churn}-{spread}-{seed}-{router}.json").write_text(json.dumps(run))
 
 
 def _pipeline(root: Path) -> None:
@@ -626,3 +632,35 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     assert "validation accuracy 52.0%" in horizon
     # same task, seed, hash and device, but another grid: not a ring/meshgrid pair
     assert consensus(root) is None
+
+
+def test_the_pipeline_section_shows_deeper_pipelines_and_waste_by_cause(root: Path) -> None:
+    results = root / "results"
+    times = {("gwtf", 1.0): (900.0, 1100.0), ("swarm", 1.0): (1000.0, 1000.0)}
+    _pipeline_runs(results / "pipeline-deep", times, stages=16)
+    # busy 100 s: GWTF recomputes 10 and discards 20; SWARM drops microbatches worth 30
+    gwtf = {"recovery": 10.0, "crashed products": 20.0, "dropped microbatch": 0.0}
+    swarm = {"recovery": 0.0, "crashed products": 5.0, "dropped microbatch": 30.0}
+    for router, causes in (("gwtf", gwtf), ("swarm", swarm)):
+        recomputed = causes["recovery"]
+        compute = {"useful_s": 100.0 - sum(causes.values()), "recomputed_s": recomputed}
+        compute |= {"discarded_s": sum(causes.values()) - recomputed, "waste_by_cause": causes}
+        _pipeline_runs(
+            results / "pipeline-churn10" / router,
+            {(router, 1.0): (700.0, 700.0)},
+            churn="30",
+            compute=compute,
+        )
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    section = text[text.index("### Deeper pipelines") : text.index("## 6b.")]
+    assert "Setting: 16 stages × 4 relays" in section
+    assert "| homogeneous | high | 2 | 1000 | 1000 | 0.0 ± 127.1% |" in section
+    assert "### Churn past the presets" in section
+    assert "| homogeneous | 30 | 2 | 700 | 700 | 0.0 ± 0.0% |" in section
+    assert (
+        "| relays | churn | router | wasted | crashed products | dropped microbatch | recovery |"
+        in (section)
+    )
+    # wasted_fraction is the run's own figure (0.1); the causes are shares of busy time
+    assert "| homogeneous | 30 | gwtf | 10.0% | 20.0% | 0.0% | 10.0% |" in section
+    assert "| homogeneous | 30 | swarm | 10.0% | 5.0% | 30.0% | 0.0% |" in section

@@ -187,7 +187,25 @@ def test_the_comparison_sweeps_link_spreads_and_both_swarms_and_refuses_bad_list
         ("--links", "wide", "distinct numbers >= 0"),
         ("--routers", "gwtf,petals", "gwtf, swarm, swarm-direct"),
         ("--churn", "none,none", "none, low, high"),
+        ("--churn", "high,stormy", "neither a preset"),
+        ("--churn", "-3", "neither a preset"),
         ("--resources", "", "homogeneous, heterogeneous"),
     ]:
         bad = runner.invoke(app, ["pipeline", "compare", *grid, str(tmp_path), option, value])
         assert bad.exit_code == 2 and allowed in " ".join(bad.output.split()), bad.output
+
+
+def test_the_comparison_takes_a_churn_rate_past_the_presets(tmp_path: Path) -> None:
+    """30 crashes (and joins) per relay-hour, ten times the `high` preset's crashes."""
+    grid = ["--seeds", "1", "--microbatches", "8", "--stages", "2", "--relays-per-stage", "3"]
+    grid += ["--churn", "30", "--resources", "homogeneous", "--no-train", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, ["pipeline", "compare", *grid])
+    assert result.exit_code == 0, result.output
+    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    assert sorted(runs) == ["homogeneous-30-s0-gwtf", "homogeneous-30-s0-swarm"]
+    assert all(run["churn"] == "30" and run["churn_events"] > 0 for run in runs.values())
+    for run in runs.values():  # the waste by cause adds up to what counts as wasted
+        compute = run["compute"]
+        wasted = compute["recomputed_s"] + compute["discarded_s"]
+        assert sum(compute["waste_by_cause"].values()) == pytest.approx(wasted)
+    assert runs["homogeneous-30-s0-gwtf"]["compute"]["waste_by_cause"]["dropped microbatch"] == 0

@@ -29,7 +29,8 @@ def link(target: Path, out: Path) -> str:
 
 
 def pct(value: float) -> str:
-    return f"{100 * value:.1f}"
+    text = f"{100 * value:.1f}"
+    return "0.0" if text == "-0.0" else text  # a mean of opposite savings is no saving
 
 
 def codec_bytes_per_edge(

@@ -116,8 +116,56 @@ def pipeline_section(root: Path, out: Path) -> list[str]:
         "so neither router's relays are the bottleneck here.",
         "",
         *_deep(root, out),
+        *_heavy_churn(root, out),
     ]
     return lines
+
+
+def _waste_causes(runs: list[dict[str, Any]]) -> list[str]:
+    """Each router's wasted share of busy time by cause (the simulator's ledger), seed means."""
+    causes = sorted({c for r in runs for c in r["compute"].get("waste_by_cause", {})})
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["resources"], run["churn"], run["router"]), []).append(run)
+    lines = [
+        "| relays | churn | router | wasted | " + " | ".join(causes) + " |",
+        "|" + "---|" * (4 + len(causes)),
+    ]
+    for (resources, churn, router), group in sorted(groups.items()):
+
+        def share(run: dict[str, Any], seconds: float) -> float:
+            c = run["compute"]
+            return seconds / (c["useful_s"] + c["recomputed_s"] + c["discarded_s"])
+
+        by_cause = [
+            statistics.fmean(share(r, r["compute"]["waste_by_cause"][c]) for r in group)
+            for c in causes
+        ]
+        wasted = statistics.fmean(r["wasted_fraction"] for r in group)
+        cols = [resources, churn, router, f"{pct(wasted)}%", *(f"{pct(x)}%" for x in by_cause)]
+        lines.append("| " + " | ".join(cols) + " |")
+    return [*lines, ""]
+
+
+def _heavy_churn(root: Path, out: Path) -> list[str]:
+    """Churn past the presets (a number is crashes and joins per relay-hour), with what each
+    router's waste is made of: GWTF keeps finished work on its relays, so a crash costs that
+    work twice (discarded, then recomputed), while SWARM loses the microbatches it drops."""
+    directory, runs = _runs(root, "pipeline-churn10")
+    rows = cells(runs)
+    if not rows:
+        return []
+    return [
+        "### Churn past the presets",
+        "",
+        _setting(runs, directory, root, out) + " A churn given as a number is that many "
+        "crashes and as many joins per relay-hour (`high`: 3 crashes).",
+        "",
+        *_table(rows),
+        "Wasted share of busy relay time by cause, seed means:",
+        "",
+        *_waste_causes([r for r in runs if "waste_by_cause" in r["compute"]]),
+    ]
 
 
 def _deep(root: Path, out: Path) -> list[str]:

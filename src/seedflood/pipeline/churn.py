@@ -14,6 +14,7 @@ Data holders never churn: they own the data and are the sources every microbatch
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -127,14 +128,22 @@ PRESETS: dict[str, ChurnRates] = {
 
 
 def resolve_rates(rates: ChurnRates | str) -> ChurnRates:
+    """Rates as given, a preset by name, or a number as text: that many crashes per relay-hour
+    with as many joins (a steady population), for sweeps past the presets."""
     if isinstance(rates, ChurnRates):
         return rates
-    try:
+    if rates in PRESETS:
         return PRESETS[rates]
-    except KeyError:
+    try:
+        rate = float(rates)
+    except ValueError:
+        rate = math.nan
+    if not 0 <= rate < math.inf:
         raise ScenarioError(
-            f"churn preset {rates!r} is unknown; known: {', '.join(PRESETS)}"
-        ) from None
+            f"churn {rates!r} is neither a preset ({', '.join(PRESETS)}) nor a number of "
+            "crashes per relay-hour >= 0"
+        )
+    return ChurnRates(crash_per_relay_hour=rate, join_per_relay_hour=rate)
 
 
 def bottleneck_stage(

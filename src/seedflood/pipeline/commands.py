@@ -19,21 +19,26 @@ pipeline_app = typer.Typer(
 )
 
 
-def _churn(value: str) -> Any:
+def _churn(value: str) -> str:
     """A preset name, or crashes per relay-hour with as many joins (a steady population)."""
-    from seedflood.pipeline.churn import PRESETS, ChurnRates
+    from seedflood.pipeline.churn import resolve_rates
+    from seedflood.pipeline.costs import ScenarioError
 
-    if value in PRESETS:
-        return value
     try:
-        rate = float(value)
-    except ValueError:
+        resolve_rates(value)
+    except ScenarioError as error:
+        raise typer.BadParameter(str(error)) from None
+    return value
+
+
+def _churn_levels(value: str) -> list[str]:
+    levels = [part.strip() for part in value.split(",") if part.strip()]
+    if not levels or len(set(levels)) < len(levels):
         raise typer.BadParameter(
-            f"{value!r} is neither a preset ({', '.join(PRESETS)}) nor a rate per relay-hour"
-        ) from None
-    if rate < 0:
-        raise typer.BadParameter(f"a churn rate must be >= 0; got {rate}")
-    return ChurnRates(crash_per_relay_hour=rate, join_per_relay_hour=rate)
+            f"{value!r}: give churn levels as a comma-separated list, each once, of presets "
+            "(none, low, high) or crashes per relay-hour"
+        )
+    return [_churn(level) for level in levels]
 
 
 def _listed(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -211,21 +216,22 @@ def pipeline_compare(
             "measured table, 2 = its ratios squared"
         ),
     ] = "1",
-    churn: Annotated[str, typer.Option(help="Comma-separated churn presets")] = "none,low,high",
+    churn: Annotated[
+        str, typer.Option(help="Comma-separated churn presets or crashes per relay-hour")
+    ] = "none,low,high",
     resources: Annotated[
         str, typer.Option(help="Comma-separated: homogeneous, heterogeneous")
     ] = "homogeneous,heterogeneous",
 ) -> None:
     """GWTF vs SWARM over relays, link spreads and churn presets (default: homogeneous and
     heterogeneous relays, the measured links of 10 regions, no/low/high churn)."""
-    from seedflood.pipeline.churn import PRESETS
     from seedflood.pipeline.experiment import compare_grid
     from seedflood.pipeline.report import write_pipeline_report
     from seedflood.pipeline.routers import ROUTERS
 
     chosen_routers = _listed(routers, ROUTERS, "routers")
     spreads = _spreads(links)
-    churn_levels = _listed(churn, tuple(PRESETS), "churn presets")
+    churn_levels = _churn_levels(churn)
     kinds = _listed(resources, ("homogeneous", "heterogeneous"), "relay kinds")
     cells = seeds * len(chosen_routers) * len(spreads) * len(churn_levels) * len(kinds)
     with _progress("[bold]runs") as bar:

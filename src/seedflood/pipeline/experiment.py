@@ -182,6 +182,7 @@ def run_pipeline(
             "recomputed_s": result.compute.recomputed_s,
             "discarded_s": result.compute.discarded_s,
             "idle_s": result.compute.idle_s,
+            "waste_by_cause": dict(result.compute.waste),
         },
         "iterations": [
             {
