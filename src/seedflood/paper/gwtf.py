@@ -72,8 +72,8 @@ def _setting(runs: list[dict[str, Any]], directory: Path, root: Path, out: Path)
     return (
         f"Setting: {stages} stages × {relays} relays; relays "
         f"{', '.join(sorted({r['resources'] for r in runs}))}; routers "
-        f"{', '.join(sorted({r['router'] for r in runs}))}; seeds "
-        f"{len({r['seed'] for r in runs})} per cell; time to {runs[0]['microbatches_target']} "
+        f"{', '.join(sorted({r['router'] for r in runs}))} (seeds per cell in the table); "
+        f"time to {runs[0]['microbatches_target']} "
         f"microbatches in simulated seconds. Sources: `{rel(directory, root)}/runs/*.json` "
         f"({len(runs)} files; report: [report.md]({link(directory / 'report.md', out)}))."
     )
