@@ -7,7 +7,7 @@ accepting cools T by ``cooling``, and below ``FROZEN`` × T0 only improvements p
 A move that leaves the larger cost as it was (mostly an exchange of identical downstream parts)
 is never made: it would change nothing but the links' names.
 
-When moves are made matters on long pipelines (issue 34). A move is weighed on prefix and suffix
+When moves are made matters on long pipelines. A move is weighed on prefix and suffix
 costs that travel one hop per tick, so with 12-16 stages and every node moving at will, most
 moves were weighed while an earlier move's new costs were still on their way: they lowered
 costs that no longer existed, undid each other, and runs did not settle in 3,000 ticks. So a
