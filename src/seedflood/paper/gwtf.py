@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.paper.bench import link, pct, rel
-from seedflood.paper.verdicts import interval
+from seedflood.paper.verdicts import interval, percent_interval
 from seedflood.pipeline.report import cells, find_pipeline_runs
 
 PAPER_LESS_TIME, PAPER_MORE_THROUGHPUT, PAPER_LINKS = 0.45, 0.30, 0.50
@@ -25,12 +25,6 @@ LINKS_COMMAND = (
     "--routers gwtf,swarm,swarm-direct --seeds 10 --no-train --out results/pipeline-links"
 )
 NEAR_OPTIMAL = 1.09  # the prototype's worst decentralized cost against the optimum (gwtf.md)
-
-
-def _saving(per_seed: list[float]) -> str:
-    """A mean saving in percent with its 95% interval over the seeds."""
-    mean = statistics.fmean(per_seed)
-    return f"{pct(mean)} ± {pct(interval(per_seed))}%"
 
 
 def _ahead(per_seed: list[float]) -> bool:
@@ -50,10 +44,14 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         cols = [r["resources"], *([f"{r['link_spread']:g}"] if spread else []), r["churn"]]
         cols += [str(r["seeds"]), f"{r['gwtf_time_s']:.0f}", f"{r['swarm_time_s']:.0f}"]
-        cols += [_saving(r["less_time_per_seed"]), f"{pct(r['more_throughput'])}%"]
+        cols += [f"{percent_interval(r['less_time_per_seed'])}%", f"{pct(r['more_throughput'])}%"]
         if direct:
             versus = r.get("less_than_direct_per_seed")
-            cols += [f"{r['direct_time_s']:.0f}", _saving(versus)] if versus else ["–", "–"]
+            cols += (
+                [f"{r['direct_time_s']:.0f}", f"{percent_interval(versus)}%"]
+                if versus
+                else ["–", "–"]
+            )
         cols += [f"{pct(r['gwtf_wasted'])}% / {pct(r['swarm_wasted'])}%"]
         cols += [f"{pct(r['gwtf_idle'])}% / {pct(r['swarm_idle'])}%"]
         lines.append("| " + " | ".join(cols) + " |")
@@ -121,6 +119,12 @@ def pipeline_section(root: Path, out: Path) -> list[str]:
     return lines
 
 
+def _share(run: dict[str, Any], seconds: float) -> float:
+    """``seconds`` as a share of the run's busy relay time."""
+    c = run["compute"]
+    return seconds / (c["useful_s"] + c["recomputed_s"] + c["discarded_s"])
+
+
 def _waste_causes(runs: list[dict[str, Any]]) -> list[str]:
     """Each router's wasted share of busy time by cause (the simulator's ledger), seed means."""
     causes = sorted({c for r in runs for c in r["compute"].get("waste_by_cause", {})})
@@ -132,13 +136,8 @@ def _waste_causes(runs: list[dict[str, Any]]) -> list[str]:
         "|" + "---|" * (4 + len(causes)),
     ]
     for (resources, churn, router), group in sorted(groups.items()):
-
-        def share(run: dict[str, Any], seconds: float) -> float:
-            c = run["compute"]
-            return seconds / (c["useful_s"] + c["recomputed_s"] + c["discarded_s"])
-
         by_cause = [
-            statistics.fmean(share(r, r["compute"]["waste_by_cause"][c]) for r in group)
+            statistics.fmean(_share(r, r["compute"]["waste_by_cause"][c]) for r in group)
             for c in causes
         ]
         wasted = statistics.fmean(r["wasted_fraction"] for r in group)
@@ -216,7 +215,8 @@ def links_section(root: Path, out: Path) -> list[str]:
     lines += [
         f"**Verdict: {verdict}** (reproduced when GWTF is ahead at every spread above the "
         f"measured table and its best saving comes within {pct(REACHED)} points of 50%): best "
-        f"{_saving(best['less_time_per_seed'])} less time than SWARM ({best['churn']} churn, "
+        f"{percent_interval(best['less_time_per_seed'])}% less time than SWARM "
+        f"({best['churn']} churn, "
         f"spread {best['link_spread']:g}; paper: up to 50%); GWTF's saving by spread: "
         f"{'; '.join(trend)}.",
         "",

@@ -43,8 +43,8 @@ def percent_interval(values: Sequence[float]) -> str:
     """A mean in percent with its 95% interval, or the value alone for one seed."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return f"{100 * mean:.1f}"
-    return f"{100 * mean:.1f} ± {100 * interval(values):.1f}"
+        return pct(mean)
+    return f"{pct(mean)} ± {pct(interval(values))}"
 
 
 def compare(ours: Sequence[float], theirs: Sequence[float]) -> tuple[int, float | None]:
