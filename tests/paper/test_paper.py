@@ -23,7 +23,7 @@ from seedflood.paper.document import (
     write_paper_results,
 )
 from seedflood.paper.findings import consensus
-from seedflood.paper.tuning import tuned_rates
+from seedflood.paper.tuning import LONG, tuned_rates
 from seedflood.paper.verdicts import (
     compare,
     interval,
@@ -469,7 +469,7 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert (
         "| sst2 | seedflood | 0.003 → 70.0 (80.0), 0.01 → 74.0 (70.0), 0.03 → 74.0 (60.0) "
-        "| **0.01** | `results/paper-tune-sst2/runs/seedflood_lr-0.01/results.json` |" in text
+        "| **0.01** | yes | `results/paper-tune-sst2/runs/seedflood_lr-0.01/results.json` |" in text
     )
     # the fixture's main DSGD runs use lr 0.01, not the tuned 0.005; its SeedFlood runs match
     assert "rate other than the tuned one: dsgd on sst2 at lr 0.01 (tuned: 0.005)\n" in text
@@ -490,6 +490,37 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     # DSGD's search now has points to run, so its rate counts as hand-set until they have
     assert "searched in part, at a hand-set rate: dsgd (lr 0.01); dzsgd (lr 0.01)." in text
     assert "seedflood at" not in text  # its three points ran
+
+
+def test_the_long_search_is_kept_apart_from_the_short_one_and_says_when_unbracketed(
+    root: Path,
+) -> None:
+    for lr, validation in ((0.003, 0.60), (0.01, 0.70), (0.03, 0.65)):
+        _tuning_run(root, "seedflood", lr, validation, 0.7)
+    long = ((0.0025, 0.78, 0.80), (0.005, 0.80, 0.83), (0.01, 0.50, 0.51))
+    for lr, validation, test in long:
+        _run(root, "paper-tune-sst2-long", f"seedflood_lr-{lr}", test, lr=lr, rounds=1000)
+        history = root / "results/paper-tune-sst2-long/runs" / f"seedflood_lr-{lr}/history.jsonl"
+        history.write_text(json.dumps({"round": 1000, "accuracy": validation}) + "\n")
+    _run(root, "paper-tune-sst2-long", "dsgd_lr-0.005", 0.8, method="dsgd", lr=0.005)
+    (root / "results/paper-tune-sst2-long/runs/dsgd_lr-0.005/history.jsonl").write_text(
+        json.dumps({"round": 20, "accuracy": 0.75}) + "\n"
+    )
+    # the short search's pick is untouched by the long one's better validation at 0.005
+    assert tuned_rates(root) == {"seedflood": 0.01}
+    assert tuned_rates(root, search=LONG) == {"seedflood": 0.005, "dsgd": 0.005}
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    short, long_part = text.split("### Learning rates at this horizon")
+    assert "0.0025 →" not in short and "0.003 →" not in long_part
+    assert (
+        "| sst2 | seedflood | 0.0025 → 78.0 (80.0), 0.005 → 80.0 (83.0), 0.01 → 50.0 (51.0) "
+        "| **0.005** | yes | `results/paper-tune-sst2-long/runs/seedflood_lr-0.005/results.json` |"
+    ) in long_part
+    assert "| sst2 | dsgd | 0.005 → 75.0 (80.0) | **0.005** | no: one rate |" in long_part
+    # with a point above it missing, the pick sits at the grid's edge
+    shutil.rmtree(root / "results/paper-tune-sst2-long/runs/seedflood_lr-0.01")
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert "0.005 → 80.0 (83.0) | **0.005** | no: at an edge |" in text
 
 
 def test_a_tuning_run_without_an_evaluation_is_refused(root: Path) -> None:

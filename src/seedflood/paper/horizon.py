@@ -14,6 +14,7 @@ from pathlib import Path
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import pct, rel
 from seedflood.paper.grids import not_yet_run, unfinished
+from seedflood.paper.tuning import horizon_tuning_section
 from seedflood.report import present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
@@ -30,8 +31,9 @@ def horizon_section(root: Path) -> list[str]:
     ]
     runs = present_runs(directory)
     stopped = sorted(directory.glob("unfinished-*/*.history.jsonl"))
+    search = horizon_tuning_section(root)
     if not runs and not stopped:
-        return [*lines, *not_yet_run(GRID, OUT)]
+        return [*lines, *not_yet_run(GRID, OUT), *search]
     if runs:
         lines += [
             "| method | topology | seed | steps | test accuracy (%) | untrained (%) | device "
@@ -56,6 +58,7 @@ def horizon_section(root: Path) -> list[str]:
         lines += [_stopped_line(path, root) for path in stopped]
         lines.append("")
     lines += [
+        *search,
         "**Verdict: not yet decided.** The claim needs DSGD and ChocoSGD at 100 first-order "
         "steps on 3 seeds, at rates chosen at this horizon (configs/paper/tune-sst2-long.yaml); "
         "the rates of the short grid do not carry.",

@@ -17,7 +17,19 @@ from seedflood.grid import plan
 from seedflood.paper.bench import pct, rel
 from seedflood.report import Run, present_runs
 
-SEARCH_GRID = "configs/paper/tune-sst2.yaml"
+
+@dataclass(frozen=True)
+class Search:
+    """A learning-rate search: its grid file and the directory its runs write. Searches made at
+    different horizons are kept apart: a 30-step rate and a 1,000-step rate answer different
+    questions, and pooling their points would pick across regimes."""
+
+    grid: str
+    out: str
+
+
+SHORT = Search("configs/paper/tune-sst2.yaml", "results/paper-tune-sst2")
+LONG = Search("configs/paper/tune-sst2-long.yaml", "results/paper-tune-sst2-long")
 
 
 @dataclass(frozen=True)
@@ -34,20 +46,19 @@ def _validation_accuracy(run: Run) -> float:
     return float(run.history[-1]["accuracy"])
 
 
-def tuning_grids(root: Path) -> dict[tuple[str, str], list[GridPoint]]:
-    """(task, method) → its grid points by rate, from every results/paper-tune-* directory."""
+def tuning_grids(root: Path, search: Search = SHORT) -> dict[tuple[str, str], list[GridPoint]]:
+    """(task, method) → its grid points by rate, from the search's results directory."""
     grids: dict[tuple[str, str], list[GridPoint]] = defaultdict(list)
-    for directory in sorted((root / "results").glob("paper-tune-*")):
-        for run in present_runs(directory):
-            config = run.results["config"]
-            grids[config["task"], run.results["method"]].append(
-                GridPoint(
-                    lr=float(config["lr"]),
-                    validation=_validation_accuracy(run),
-                    test=float(run.results["accuracy"]),
-                    source=rel(run.directory / "results.json", root),
-                )
+    for run in present_runs(root / search.out):
+        config = run.results["config"]
+        grids[config["task"], run.results["method"]].append(
+            GridPoint(
+                lr=float(config["lr"]),
+                validation=_validation_accuracy(run),
+                test=float(run.results["accuracy"]),
+                source=rel(run.directory / "results.json", root),
             )
+        )
     return {key: sorted(points, key=lambda p: p.lr) for key, points in sorted(grids.items())}
 
 
@@ -62,17 +73,24 @@ def _picks(grids: dict[tuple[str, str], list[GridPoint]], task: str) -> dict[str
     }
 
 
-def tuned_rates(root: Path, task: str = "sst2") -> dict[str, float]:
+def tuned_rates(root: Path, task: str = "sst2", search: Search = SHORT) -> dict[str, float]:
     """method → tuned learning rate for ``task`` (empty when no search has run). The search runs
     on SST-2 and its rates serve every task: a search per task would triple its cost here."""
-    return _picks(tuning_grids(root), task)
+    return _picks(tuning_grids(root, search), task)
+
+
+def bracketed(points: list[GridPoint]) -> bool:
+    """Whether the pick has a tried rate on each side: a pick at the grid's edge says only that
+    the best rate may lie beyond it."""
+    chosen = pick(points).lr
+    return min(p.lr for p in points) < chosen < max(p.lr for p in points)
 
 
 def _missing_points(
-    root: Path, grids: dict[tuple[str, str], list[GridPoint]]
+    root: Path, grids: dict[tuple[str, str], list[GridPoint]], search: Search = SHORT
 ) -> dict[str, list[float]]:
     """method → the search grid's rates with no run yet (empty without the grid file)."""
-    grid = root / SEARCH_GRID
+    grid = root / search.grid
     if not grid.is_file():
         return {}
     done = {(method, p.lr) for (_, method), points in grids.items() for p in points}
@@ -83,15 +101,31 @@ def _missing_points(
     return dict(missing)
 
 
-def _not_yet_run(missing: dict[str, list[float]]) -> list[str]:
+def _not_yet_run(missing: dict[str, list[float]], search: Search = SHORT) -> list[str]:
     if not missing:
         return []
     methods = sorted(missing)
     listed = "; ".join(f"{m} at lr {', '.join(f'{lr:g}' for lr in missing[m])}" for m in methods)
-    command = (
-        f"seedflood compare {SEARCH_GRID} --out results/paper-tune-sst2 --only {','.join(methods)}"
-    )
+    command = f"seedflood compare {search.grid} --out {search.out} --only {','.join(methods)}"
     return [f"Not yet run: {listed} (`{command}` runs them and skips the rest).", ""]
+
+
+def _grid_rows(grids: dict[tuple[str, str], list[GridPoint]]) -> list[str]:
+    """The table of a search: every point, the pick, and whether the points bracket it."""
+    lines = [
+        "| task | method | grid: lr → validation % (test %) | tuned lr | bracketed | "
+        "source of the pick |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (task, method), points in grids.items():
+        best = pick(points)
+        cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
+        edge = (
+            "yes" if bracketed(points) else "no: one rate" if len(points) == 1 else "no: at an edge"
+        )
+        row = [task, method, cells, f"**{best.lr:g}**", edge, f"`{best.source}`"]
+        lines.append(f"| {' | '.join(row)} |")
+    return [*lines, ""]
 
 
 def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
@@ -112,14 +146,8 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         "(configs/paper/tune-sst2.yaml); the SST-2 rates serve every task. Test accuracy of the "
         "same runs is shown for reference, not used to choose.",
         "",
-        "| task | method | grid: lr → validation % (test %) | tuned lr | source of the pick |",
-        "|---|---|---|---|---|",
+        *_grid_rows(grids),
     ]
-    for (task, method), points in grids.items():
-        best = pick(points)
-        cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
-        lines.append(f"| {task} | {method} | {cells} | **{best.lr:g}** | `{best.source}` |")
-    lines.append("")
     missing = _missing_points(root, grids)
     lines += _not_yet_run(missing)
     rates = _picks(grids, "sst2")
@@ -175,3 +203,21 @@ def _off_pick(main_runs: list[Run], rates: dict[str, float]) -> list[Run]:
         if run.results["method"] in rates
         and float(run.results["config"]["lr"]) != rates[run.results["method"]]
     ]
+
+
+def horizon_tuning_section(root: Path) -> list[str]:
+    """Markdown: the search at the papers' horizon (LONG), apart from the short one, with what
+    of it has not run; nothing before its first run or without its grid file."""
+    grids = tuning_grids(root, LONG)
+    if not grids:
+        return []
+    lines = [
+        "### Learning rates at this horizon",
+        "",
+        f"{LONG.grid}: 4 rates 2× apart per method, 16-client ring, seed 0, the steps of the "
+        "runs above, picked on validation (200 examples) at the run's end; a tie goes to the "
+        "smaller rate.",
+        "",
+        *_grid_rows(grids),
+    ]
+    return [*lines, *_not_yet_run(_missing_points(root, grids, LONG), LONG)]
