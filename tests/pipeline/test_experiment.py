@@ -12,6 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from seedflood.cli import app
+from seedflood.files import atomic_write_json_gz, read_json
 from seedflood.learning.models import load_model
 from seedflood.pipeline.costs import random_scenario
 from seedflood.pipeline.experiment import compare_grid, replay_losses, run_pipeline, time_to
@@ -92,10 +93,23 @@ def test_the_grid_resumes_and_the_report_compares_cell_by_cell(tmp_path: Path) -
         "relays_per_stage": 3,
     }
     runs = compare_grid(tmp_path, **grid)
-    assert len(runs) == 8 and len(list((tmp_path / "runs").glob("*.json"))) == 8
+    files = sorted((tmp_path / "runs").glob("*.json.gz"))
+    assert len(runs) == 8 and len(files) == 8
+    # stored compressed, and read back as the records the grid returned
+    assert sorted(read_json(path)["name"] for path in files) == sorted(r["name"] for r in runs)
     names = []
     resumed = compare_grid(tmp_path, **grid, show=names.append)
     assert resumed == json.loads(json.dumps(runs)) and names == []
+    # the same record gives the same bytes, and a run stored as plain JSON (before runs were
+    # compressed) still counts as finished
+    first = files[0].read_bytes()
+    atomic_write_json_gz(files[0], read_json(files[0]))
+    assert files[0].read_bytes() == first
+    plain = files[0].with_suffix("")
+    plain.write_text(json.dumps(read_json(files[0])))
+    files[0].unlink()
+    assert compare_grid(tmp_path, **grid, show=names.append) == resumed and names == []
+    assert not files[0].exists()
     rows = cells(runs)
     assert [(r["resources"], r["churn"], r["seeds"]) for r in rows] == [
         ("heterogeneous", "none", 2),
@@ -161,13 +175,13 @@ def test_the_comparison_sweeps_link_spreads_and_both_swarms_and_refuses_bad_list
     sweep = ["--routers", "gwtf,swarm,swarm-direct", "--links", "0,1"]
     swept = runner.invoke(app, ["pipeline", "compare", *grid, str(tmp_path), *sweep])
     assert swept.exit_code == 0, swept.output
-    names = sorted(path.stem for path in (tmp_path / "runs").glob("*.json"))
+    names = sorted(path.name.removesuffix(".json.gz") for path in (tmp_path / "runs").iterdir())
     assert names == [
         f"heterogeneous{links}-none-s0-{router}"
         for links in ("-links0", "")
         for router in ("gwtf", "swarm", "swarm-direct")
     ]
-    runs = [json.loads((tmp_path / "runs" / f"{name}.json").read_text()) for name in names]
+    runs = [read_json(tmp_path / "runs" / f"{name}.json.gz") for name in names]
     assert [run["link_spread"] for run in runs] == [0.0] * 3 + [1.0] * 3
     report = (tmp_path / "report.md").read_text()
     assert "| heterogeneous | none | 1 |" in report  # the main table: measured links only
@@ -201,7 +215,7 @@ def test_the_comparison_takes_a_churn_rate_past_the_presets(tmp_path: Path) -> N
     grid += ["--churn", "30", "--resources", "homogeneous", "--no-train", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, ["pipeline", "compare", *grid])
     assert result.exit_code == 0, result.output
-    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    runs = {r["name"]: r for r in map(read_json, (tmp_path / "runs").glob("*.json.gz"))}
     assert sorted(runs) == ["homogeneous-30-s0-gwtf", "homogeneous-30-s0-swarm"]
     assert all(run["churn"] == "30" and run["churn_events"] > 0 for run in runs.values())
     for run in runs.values():  # the waste by cause adds up to what counts as wasted

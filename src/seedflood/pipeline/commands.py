@@ -238,7 +238,7 @@ def pipeline_compare(
         task = bar.add_task("runs", total=cells, status="")
 
         def show(name: str) -> None:
-            bar.update(task, completed=len(list((out / "runs").glob("*.json"))), status=name)
+            bar.update(task, completed=len(list((out / "runs").glob("*.json*"))), status=name)
 
         try:
             runs = compare_grid(

@@ -10,7 +10,6 @@ is the simulated wall clock. Each run is one JSON file; a comparison is a grid o
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +19,7 @@ from typing import Any
 
 import torch
 
-from seedflood.files import atomic_write_json
+from seedflood.files import atomic_write_json_gz, read_json
 from seedflood.pipeline.costs import Scenario, random_scenario
 from seedflood.pipeline.records import SimResult
 from seedflood.pipeline.routers import optimal_plan, simulate
@@ -226,9 +225,10 @@ def compare_grid(
         resources, link_spreads, churn_levels, seeds, routers
     ):
         spec = RunSpec(router, kind, churn, seed, spread)
-        path = out_dir / "runs" / f"{spec.name}.json"
-        if path.is_file():
-            runs.append(json.loads(path.read_text()))
+        path = out_dir / "runs" / f"{spec.name}.json.gz"
+        finished = [p for p in (path, path.with_suffix("")) if p.is_file()]  # or the older .json
+        if finished:
+            runs.append(read_json(finished[0]))
             continue
         show(spec.name)
         if train is not None and model is None:
@@ -244,6 +244,6 @@ def compare_grid(
             texts=texts,
         )
         record |= {"name": spec.name, "resources": kind}
-        atomic_write_json(path, record)
+        atomic_write_json_gz(path, record)
         runs.append(record)
     return runs

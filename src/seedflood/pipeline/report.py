@@ -11,7 +11,6 @@ second table by link spread, against both SWARMs.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -22,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from seedflood.files import atomic_write_text
+from seedflood.files import atomic_write_text, read_json
 
 CHURN_ORDER = {"none": 0, "low": 1, "high": 2}
 ROUTER_ORDER = ("gwtf", "swarm", "swarm-direct")
@@ -38,7 +37,8 @@ def _same_cell(run: dict[str, Any]) -> tuple[str, str, int, float]:
 
 
 def find_pipeline_runs(directory: Path) -> list[dict[str, Any]]:
-    runs = [json.loads(p.read_text()) for p in sorted(directory.rglob("*.json"))]
+    paths = sorted([*directory.rglob("*.json"), *directory.rglob("*.json.gz")])
+    runs = [read_json(path) for path in paths]
     return [r for r in runs if isinstance(r, dict) and r.get("kind") == "pipeline"]
 
 
