@@ -262,7 +262,27 @@ def test_sst2_val_gets_what_training_leaves(data_dir: pathlib.Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("task", sorted(SUPERGLUE))
+FULL_TRAINING_SETS = ("boolq", "rte")
+"""Tasks whose shared train.jsonl holds more than FewGLUE's 32 rows (RTE: 2,490, BoolQ: 1,270):
+n_train (1,024) examples are drawn from them, and validation from what training leaves."""
+
+
+@pytest.mark.parametrize("task", FULL_TRAINING_SETS)
+def test_full_size_training_files_give_validation_what_training_leaves(
+    data_dir: pathlib.Path, task: str
+) -> None:
+    data = load_task(task, data_dir=data_dir, n_train=4, n_val=5, n_test=8)
+    assert (len(data.train), len(data.val), len(data.test)) == (4, 2, 8)
+    assert all(p.startswith("train text") for p in prompts(data.train) | prompts(data.val))
+    assert not prompts(data.train) & prompts(data.val)
+    assert not any("dev32 text" in p for p in prompts(data.train) | prompts(data.val))
+    assert data.notes == [
+        f"{task}: only 2 validation examples available from "
+        f"{task_file(data_dir, task, 'train')} after taking 4 for training; using 2 instead of 5"
+    ]
+
+
+@pytest.mark.parametrize("task", sorted(set(SUPERGLUE) - set(FULL_TRAINING_SETS)))
 def test_superglue_splits_come_from_train_dev32_val(data_dir: pathlib.Path, task: str) -> None:
     per_row = 2 if task == "multirc" else 1
     small = load_task(task, data_dir=data_dir, n_train=3, n_val=2, n_test=5)
@@ -572,13 +592,10 @@ def test_partition_errors() -> None:
         partition(labelled(8), 0)
 
 
-FULL_TRAINING_SETS = {"rte", "boolq"}
-"""Tasks whose shared train.jsonl holds more than FewGLUE's 32 rows (RTE: 2,490, BoolQ: 1,270):
-n_train (1,024) examples are drawn from them, so their notes report no shortfall."""
 REAL_SIZES = {
     "sst2": (1024, 500, 872),
-    "boolq": (1024, 32, 1000),
-    "rte": (1024, 32, 277),
+    "boolq": (1024, 246, 1000),  # validation: the 246 of 1,270 training rows left
+    "rte": (1024, 500, 277),
     "wic": (32, 32, 638),
     "cb": (32, 32, 56),
     "copa": (32, 32, 100),
@@ -606,7 +623,8 @@ def test_real_data(task: str) -> None:
         ]
     elif task in FULL_TRAINING_SETS:
         assert not any("training examples" in note for note in data.notes)
-        assert not prompts(data.train) & prompts(data.test)
+        assert not prompts(data.train) & prompts(data.val)
+        assert not prompts(data.train + data.val) & prompts(data.test)
     else:
         assert "training examples" in data.notes[0]
         assert not prompts(data.train) & prompts(data.test)

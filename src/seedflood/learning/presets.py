@@ -77,6 +77,9 @@ class Preset:
 _NO_YES = ("No", "Yes")
 _GLUE = ("train", None, "validation")
 _FEWGLUE = ("train", "dev32", "val")
+# RTE and BoolQ have full-size training files: validation is carved from what training leaves, as
+# the hub path does, rather than FewGLUE's 32 rows, which give a ±17-point reading.
+_FULL_TRAIN = ("train", None, "val")
 _NLI = '{premise}\nDoes this mean that "{hypothesis}" is true? Yes or No?\n'
 _CB = 'Suppose {premise} Can we infer that "{hypothesis}"? Yes, No, or Maybe?\n'
 _WIC = (
@@ -103,13 +106,13 @@ PRESETS: dict[str, Preset] = {
     "boolq": Preset(
         Template("{passage} {question}?\n", _NO_YES),
         "superglue/BoolQ",
-        _FEWGLUE,
+        _FULL_TRAIN,
         ("super_glue", "boolq"),
     ),
     "rte": Preset(
         Template(_NLI, ("Yes", "No"), label_names=("entailment", "not_entailment")),
         "superglue/RTE",
-        _FEWGLUE,
+        _FULL_TRAIN,
         ("super_glue", "rte"),
     ),
     "wic": Preset(Template(_WIC, _NO_YES), "superglue/WiC", _FEWGLUE, ("super_glue", "wic")),
