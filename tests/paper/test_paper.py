@@ -663,6 +663,24 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     assert "validation accuracy 52.0%" in horizon
     # same task, seed, hash and device, but another grid: not a ring/meshgrid pair
     assert consensus(root) is None
+    # RTE on its full training set has its own table; BoolQ names the command that runs it
+    _run(root, "paper-main-rte-long", "dsgd_seed-1", 0.61, task="rte", seed=1, rounds=6)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    full = horizon[horizon.index("### RTE and BoolQ") :]
+    assert "| dsgd | ring | 1 | 6 | 61.0 | 49.6 | cpu | 120 |" in full
+    assert (
+        "- boolq: not yet run (`seedflood compare configs/paper/main-boolq-long.yaml --out "
+        "results/paper-main-boolq-long`)."
+    ) in full
+    assert "| 61.0 |" not in text[: text.index("## 1b.")]  # nor pooled into the main table
+    # a short grid's section closes with its grid at length: runs so far, or the command
+    _run(root, "paper-hops-long", "hops-2_seed-0", 0.8, clients=64, hops=2, rounds=300)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    hops = text[text.index("## 4.") : text.index("## 5.")]
+    at_length = hops[hops.index("### At the papers' horizon: configs/paper/hops-long.yaml") :]
+    assert "| hops-2 | ring | 0 | 300 | 80.0 | 49.6 | cpu | 120 |" in at_length
+    assert "Not yet run (`seedflood compare configs/paper/subcge-long.yaml --out " in text
 
 
 def test_the_pipeline_section_shows_deeper_pipelines_and_waste_by_cause(root: Path) -> None:

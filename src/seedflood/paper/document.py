@@ -30,7 +30,7 @@ from seedflood.paper.clients import client_table
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.gwtf import flow_section, links_section, pipeline_section
-from seedflood.paper.horizon import horizon_section
+from seedflood.paper.horizon import at_length, horizon_section
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
     LEARNED,
@@ -430,8 +430,11 @@ def write_paper_results(root: Path, out: Path) -> Path:
         *_main_section(root, out),
         *horizon_section(root),
         *_scaling_section(root, out),
+        *at_length(root, "scaling-sst2-long.yaml", "results/paper-scaling-long"),
         *_subcge_section(root, out),
+        *at_length(root, "subcge-long.yaml", "results/paper-subcge-long"),
         *_hops_section(root),
+        *at_length(root, "hops-long.yaml", "results/paper-hops-long"),
         *apply_cost_section(root, out),
         *pipeline_section(root, out),
         *links_section(root, out),

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import pct, rel
-from seedflood.paper.grids import not_yet_run, unfinished
+from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section
-from seedflood.report import present_runs
+from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
 
@@ -33,23 +33,8 @@ def horizon_section(root: Path) -> list[str]:
     stopped = sorted(directory.glob("unfinished-*/*.history.jsonl"))
     search = horizon_tuning_section(root)
     if not runs and not stopped:
-        return [*lines, *not_yet_run(GRID, OUT), *search]
-    if runs:
-        lines += [
-            "| method | topology | seed | steps | test accuracy (%) | untrained (%) | device "
-            "| wall s | source |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for run in runs:
-            r, config = run.results, run.results["config"]
-            steps = config["rounds"] * (config.get("local_steps") or 1)
-            lines.append(
-                f"| {r['method']} | {r['topology']} | {config['seed']} | {steps:,} "
-                f"| {pct(r['accuracy'])} | {pct(r['zero_shot_accuracy'])} "
-                f"| {r.get('device', 'cpu')} | {r['wall_seconds']:.0f} "
-                f"| `{rel(run.directory, root)}` |"
-            )
-        lines.append("")
+        return [*lines, *not_yet_run(GRID, OUT), *search, *_full_training_sets(root)]
+    lines += _runs_table(runs, root)
     if stopped:
         lines += [
             "Stopped before their end (the lent GPU's time ran out), last evaluation shown:",
@@ -64,7 +49,66 @@ def horizon_section(root: Path) -> list[str]:
         "the rates of the short grid do not carry.",
         "",
     ]
-    return [*lines, *unfinished(root, GRID, OUT)]
+    return [*lines, *unfinished(root, GRID, OUT), *_full_training_sets(root)]
+
+
+FULL_TRAINING_GRIDS = {"rte": "main-rte-long.yaml", "boolq": "main-boolq-long.yaml"}
+
+
+def _full_training_sets(root: Path) -> list[str]:
+    """RTE and BoolQ on their full-size training files, 300 zeroth-order and 30 first-order
+    steps: what has run, and what has not."""
+    lines = [
+        "### RTE and BoolQ on their full training sets: 300 zeroth-order and 30 first-order steps",
+        "",
+        "1,024 training examples (64 a client), validation drawn from what training leaves, every "
+        "test example (RTE 277, BoolQ 1,000; BoolQ's training rows were carved from its "
+        "validation split, see the data's README); each grid file's header gives its plan.",
+        "",
+    ]
+    for task, grid in FULL_TRAINING_GRIDS.items():
+        out = f"results/paper-main-{task}-long"
+        runs = present_runs(root / out)
+        if not runs:
+            lines += [f"- {task}: not yet run (`{compare_command(grid, out)}`).", ""]
+            continue
+        lines += [f"{task} (configs/paper/{grid}):", ""]
+        lines += [*_runs_table(runs, root), *unfinished(root, grid, out)]
+    return lines
+
+
+def at_length(root: Path, grid: str, out: str) -> list[str]:
+    """A short grid's section closes with its grid at the papers' horizon (configs/paper/*-long):
+    the runs made so far, apart from the short grid's, or the command that makes them."""
+    lines = [f"### At the papers' horizon: configs/paper/{grid}", ""]
+    runs = present_runs(root / out)
+    if not runs:
+        return [
+            *lines,
+            f"Not yet run (`{compare_command(grid, out)}`; its plan is in its header).",
+            "",
+        ]
+    return [*lines, *_runs_table(runs, root), *unfinished(root, grid, out)]
+
+
+def _runs_table(runs: list[Run], root: Path) -> list[str]:
+    if not runs:
+        return []
+    lines = [
+        "| method | topology | seed | steps | test accuracy (%) | untrained (%) | device "
+        "| wall s | source |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r, config = run.results, run.results["config"]
+        steps = config["rounds"] * (config.get("local_steps") or 1)
+        lines.append(
+            f"| {r['method']} | {r['topology']} | {config['seed']} | {steps:,} "
+            f"| {pct(r['accuracy'])} | {pct(r['zero_shot_accuracy'])} "
+            f"| {r.get('device', 'cpu')} | {r['wall_seconds']:.0f} "
+            f"| `{rel(run.directory, root)}` |"
+        )
+    return [*lines, ""]
 
 
 def _stopped_line(path: Path, root: Path) -> str:
