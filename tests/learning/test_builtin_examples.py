@@ -1,6 +1,8 @@
 """The built-in tasks became presets of the template mechanism without changing an example: the
 digests of every task's train, validation and test examples (prompts, candidates, labels, order)
-for two seeds were recorded from the real data by the code before the change."""
+for two seeds were recorded from the real data by the code before the change. RTE's and BoolQ's
+were recorded again when their validation examples came to be drawn from what training leaves of
+their full-size training files (their training and test examples did not change)."""
 
 from __future__ import annotations
 
