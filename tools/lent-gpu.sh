@@ -68,6 +68,7 @@ run() {
     # one conversion before the lanes, so that they do not all convert at once
     $PYTHON -c "from seedflood.learning.models import load_model; load_model('smollm2-135m')"
     touch /tmp/lent-start
+    mkdir -p lanes  # their logs travel in the tarball: a call returns at most 8 files
     local lanes=() outs=()
     for spec in "$@"; do
         IFS=: read -r grid variants count <<< "$spec"
@@ -75,7 +76,7 @@ run() {
         for lane in $(seq "${count:-1}"); do
             timeout "$seconds" $PYTHON -m seedflood compare "configs/paper/$grid.yaml" \
                 --out "results/paper-$grid" --only "$variants" \
-                > "$OUT/lane-$grid-$lane.log" 2>&1 &
+                > "lanes/$grid-$lane.log" 2>&1 &
             lanes+=($!)
             sleep 2  # each lane claims a different run
         done
@@ -101,13 +102,14 @@ collect() {
             fi
         done
     done
-    [ ${#files[@]} -gt 0 ] || { echo "no run was written to"; return 0; }
-    tar -czf "$OUT/results.tar.gz" "${files[@]}"
+    [ ${#files[@]} -gt 0 ] || echo "no run was written to"
+    tar -czf "$OUT/results.tar.gz" "${files[@]}" lanes
     tar -tzf "$OUT/results.tar.gz"
 }
 
 unpack() {
-    tar -xzvf "$1/results.tar.gz"
+    tar -xzvf "$1/results.tar.gz" --exclude=lanes && tar -xzf "$1/results.tar.gz" -C /tmp lanes
+    echo "lane logs in /tmp/lanes"
 }
 
 "$@"
