@@ -1,6 +1,8 @@
-"""The SST-2 comparison at the papers' horizon (configs/paper/main-sst2-long.yaml), apart from the
-short main table: its runs take 33 times the steps of the short grid's, and pooling a 1,000-step
-seed with 30-step seeds of the same method and topology would make a mean of two regimes.
+"""The grids at the papers' horizon (configs/paper/*-long.yaml), apart from the short grids: the
+SST-2 comparison's runs take 33 times the steps of the short grid's, and pooling a 1,000-step
+seed with 30-step seeds of the same method and topology would make a mean of two regimes. The
+same holds for RTE and BoolQ on their full training sets and for the scaling, SubCGE and hops
+grids at length, which `at_length` shows beneath their short sections.
 
 Runs stopped before their end (a lent GPU's 15 minutes run out) leave a history and no results;
 their last evaluation is shown as what it is, since a first-order method that has collapsed to
