@@ -670,8 +670,8 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     full = horizon[horizon.index("### RTE and BoolQ") :]
     assert "| dsgd | ring | 1 | 6 | 61.0 | 49.6 | cpu | 120 |" in full
     assert (
-        "- boolq: not yet run (`seedflood compare configs/paper/main-boolq-long.yaml --out "
-        "results/paper-main-boolq-long`)."
+        "boolq (configs/paper/main-boolq-long.yaml):\n\nNot yet run (`seedflood compare "
+        "configs/paper/main-boolq-long.yaml --out results/paper-main-boolq-long`;"
     ) in full
     assert "| 61.0 |" not in text[: text.index("## 1b.")]  # nor pooled into the main table
     # a short grid's section closes with its grid at length: runs so far, or the command

@@ -69,28 +69,23 @@ def _full_training_sets(root: Path) -> list[str]:
         "",
     ]
     for task, grid in FULL_TRAINING_GRIDS.items():
-        out = f"results/paper-main-{task}-long"
-        runs = present_runs(root / out)
-        if not runs:
-            lines += [f"- {task}: not yet run (`{compare_command(grid, out)}`).", ""]
-            continue
         lines += [f"{task} (configs/paper/{grid}):", ""]
-        lines += [*_runs_table(runs, root), *unfinished(root, grid, out)]
+        lines += _grid_state(root, grid, f"results/paper-main-{task}-long")
     return lines
 
 
 def at_length(root: Path, grid: str, out: str) -> list[str]:
     """A short grid's section closes with its grid at the papers' horizon (configs/paper/*-long):
     the runs made so far, apart from the short grid's, or the command that makes them."""
-    lines = [f"### At the papers' horizon: configs/paper/{grid}", ""]
+    return [f"### At the papers' horizon: configs/paper/{grid}", "", *_grid_state(root, grid, out)]
+
+
+def _grid_state(root: Path, grid: str, out: str) -> list[str]:
+    """A grid's finished runs and the runs it still lacks, or the command that makes them all."""
     runs = present_runs(root / out)
     if not runs:
-        return [
-            *lines,
-            f"Not yet run (`{compare_command(grid, out)}`; its plan is in its header).",
-            "",
-        ]
-    return [*lines, *_runs_table(runs, root), *unfinished(root, grid, out)]
+        return [f"Not yet run (`{compare_command(grid, out)}`; its plan is in its header).", ""]
+    return [*_runs_table(runs, root), *unfinished(root, grid, out)]
 
 
 def _runs_table(runs: list[Run], root: Path) -> list[str]:
