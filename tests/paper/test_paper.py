@@ -45,7 +45,7 @@ def _run(root: Path, directory: str, name: str, accuracy: float, **config: objec
     consensus_distance = float(config.pop("consensus_distance", 0.0))  # type: ignore[arg-type]
     zero_shot = float(config.pop("zero_shot", 0.496))  # type: ignore[arg-type]
     wall_seconds = float(config.pop("wall_seconds", 120.0))  # type: ignore[arg-type]
-    majority = {k: config.pop(k) for k in ("majority_accuracy", "device") if k in config}
+    majority = {k: config.pop(k) for k in ("majority_accuracy", "device", "guard") if k in config}
     full = {"label": name.split("_")[0], "model": "smollm2-135m", "task": "sst2", "clients": 16}
     full |= {"topology": "ring", "rounds": 30, "local_steps": 1, "batch_size": 8, "lr": 0.01}
     full |= {"eps": 0.001, "direction": "subcge", "rank": 32, "refresh": 1000, "hops": None}
@@ -498,8 +498,10 @@ def test_the_long_search_is_kept_apart_from_the_short_one_and_says_when_unbracke
     for lr, validation in ((0.003, 0.60), (0.01, 0.70), (0.03, 0.65)):
         _tuning_run(root, "seedflood", lr, validation, 0.7)
     long = ((0.0025, 0.78, 0.80), (0.005, 0.80, 0.83), (0.01, 0.50, 0.51))
+    stopped = {"action": "stopped", "rule": "drift", "step": 317}
     for lr, validation, test in long:
-        _run(root, "paper-tune-sst2-long", f"seedflood_lr-{lr}", test, lr=lr, rounds=1000)
+        guard = {"guard": stopped} if lr == 0.01 else {}
+        _run(root, "paper-tune-sst2-long", f"seedflood_lr-{lr}", test, lr=lr, rounds=1000, **guard)
         history = root / "results/paper-tune-sst2-long/runs" / f"seedflood_lr-{lr}/history.jsonl"
         history.write_text(json.dumps({"round": 1000, "accuracy": validation}) + "\n")
     _run(root, "paper-tune-sst2-long", "dsgd_lr-0.005", 0.8, method="dsgd", lr=0.005)
@@ -513,8 +515,9 @@ def test_the_long_search_is_kept_apart_from_the_short_one_and_says_when_unbracke
     short, long_part = text.split("### Learning rates at this horizon")
     assert "0.0025 →" not in short and "0.003 →" not in long_part
     assert (
-        "| sst2 | seedflood | 0.0025 → 78.0 (80.0), 0.005 → 80.0 (83.0), 0.01 → 50.0 (51.0) "
-        "| **0.005** | yes | `results/paper-tune-sst2-long/runs/seedflood_lr-0.005/results.json` |"
+        "| sst2 | seedflood | 0.0025 → 78.0 (80.0), 0.005 → 80.0 (83.0), 0.01 → 50.0 (51.0; "
+        "guard stopped it at step 317) | **0.005** | yes | "
+        "`results/paper-tune-sst2-long/runs/seedflood_lr-0.005/results.json` |"
     ) in long_part
     assert "| sst2 | dsgd | 0.005 → 75.0 (80.0) | **0.005** | no: one rate |" in long_part
     # with a point above it missing, the pick sits at the grid's edge
@@ -654,11 +657,21 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     (stopped / "dsgd_topology-ring_clients-16_seed-0.history.jsonl").write_text(
         json.dumps({"round": 0, "accuracy": 0.51}) + "\n" + json.dumps(record) + "\n"
     )
+    # two more seeds, one stopped by its divergence guard: the table says where, and the seeds'
+    # mean and interval are the verdict's numbers so far and the summary's
+    stop = {"action": "stopped", "rule": "drift", "step": 670}
+    _run(root, "paper-main-sst2-long", long_seed[:-1] + "1", 0.814, rounds=1000, seed=1, guard=stop)
+    _run(root, "paper-main-sst2-long", long_seed[:-1] + "2", 0.823, rounds=1000, seed=2)
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     main = text[text.index("## 1. Main") : text.index("## 1b.")]
     horizon = text[text.index("## 1b.") : text.index("## 2.")]
     assert "| seedflood | sst2 | ring | 16 | 2 | 30 | 75.0 " in main  # seeds 0 and 1 alone
     assert "| seedflood | ring | 0 | 1,000 | 82.8 | 49.6 | cpu | 120 |" in horizon
+    assert "| seedflood | ring | 1 | 670 of 1,000 (guard: drift) | 81.4 | 49.6 |" in horizon
+    assert "- seedflood_topology-ring_clients-16: 82.2 ± 1.8% over 3 seeds" in horizon
+    measured = "So far: seedflood on the ring: 82.2 ± 1.8% test over 3 seeds"
+    assert f"**Verdict: not yet decided.** {measured}. The claim needs DSGD" in horizon
+    assert f"100 first-order steps (§1b) | not yet decided | {measured} |" in text
     assert "dsgd_topology-ring_clients-16_seed-0: round 15, train loss 0.6931" in horizon
     assert "validation accuracy 52.0%" in horizon
     # same task, seed, hash and device, but another grid: not a ring/meshgrid pair

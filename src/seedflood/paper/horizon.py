@@ -11,12 +11,15 @@ one answer by its 25th step says something about its learning rate the finished 
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from pathlib import Path
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import pct, rel
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
-from seedflood.paper.tuning import horizon_tuning_section
+from seedflood.paper.tuning import horizon_tuning_section, stopped_at
+from seedflood.paper.verdicts import percent_interval
 from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
@@ -46,9 +49,11 @@ def horizon_section(root: Path) -> list[str]:
         lines.append("")
     lines += [
         *search,
-        "**Verdict: not yet decided.** The claim needs DSGD and ChocoSGD at 100 first-order "
-        "steps on 3 seeds, at rates chosen at this horizon (configs/paper/tune-sst2-long.yaml); "
-        "the rates of the short grid do not carry.",
+        "**Verdict: not yet decided.** "
+        + _measured_so_far(runs)
+        + "The claim needs DSGD and ChocoSGD at 100 first-order steps on 3 seeds, at rates "
+        "chosen at this horizon (configs/paper/tune-sst2-long.yaml); the rates of the short grid "
+        "do not carry.",
         "",
     ]
     return [*lines, *unfinished(root, GRID, OUT), *_full_training_sets(root)]
@@ -88,6 +93,37 @@ def _grid_state(root: Path, grid: str, out: str) -> list[str]:
     return [*_runs_table(runs, root), *unfinished(root, grid, out)]
 
 
+def _measured_so_far(runs: list[Run]) -> str:
+    """What the finished runs already say, method by method: the mean test accuracy over seeds
+    with its 95% interval, so that a verdict still waiting for its rivals reports its numbers."""
+    parts = [
+        f"{name.split('_')[0]} on the {name.split('topology-')[1].split('_')[0]}: "
+        f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
+        for name, values in _by_seeds(runs).items()
+        if "topology-" in name
+    ]
+    return f"So far: {'; '.join(parts)}. " if parts else ""
+
+
+def _by_seeds(runs: list[Run]) -> dict[str, list[float]]:
+    """Test accuracies grouped by run name without its seed: one configuration's seeds."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        groups[re.sub(r"_seed-\d+", "", run.directory.name)].append(run.results["accuracy"])
+    return dict(groups)
+
+
+def _steps(results: dict) -> str:
+    """The steps a run was given, and where its divergence guard stopped it if it did (the
+    model tested is then that of the step before)."""
+    config = results["config"]
+    steps = config["rounds"] * (config.get("local_steps") or 1)
+    stop = stopped_at(results)
+    if stop is None:
+        return f"{steps:,}"
+    return f"{stop:,} of {steps:,} (guard: {results['guard']['rule']})"
+
+
 def _runs_table(runs: list[Run], root: Path) -> list[str]:
     if not runs:
         return []
@@ -97,15 +133,21 @@ def _runs_table(runs: list[Run], root: Path) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        r, config = run.results, run.results["config"]
-        steps = config["rounds"] * (config.get("local_steps") or 1)
+        r = run.results
         lines.append(
-            f"| {r['method']} | {r['topology']} | {config['seed']} | {steps:,} "
+            f"| {r['method']} | {r['topology']} | {r['config']['seed']} | {_steps(r)} "
             f"| {pct(r['accuracy'])} | {pct(r['zero_shot_accuracy'])} "
             f"| {r.get('device', 'cpu')} | {r['wall_seconds']:.0f} "
             f"| `{rel(run.directory, root)}` |"
         )
-    return [*lines, ""]
+    means = [
+        f"- {name}: {percent_interval(values)}% over {len(values)} seeds"
+        for name, values in _by_seeds(runs).items()
+        if len(values) > 1
+    ]
+    if means:
+        lines += ["", "Mean test accuracy over seeds, with its 95% interval (Student's t):", ""]
+    return [*lines, *means, ""]
 
 
 def _stopped_line(path: Path, root: Path) -> str:

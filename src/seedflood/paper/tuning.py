@@ -38,6 +38,14 @@ class GridPoint:
     validation: float
     test: float
     source: str
+    stopped_at: int | None = None
+
+
+def stopped_at(results: dict) -> int | None:
+    """The step at which the run's divergence guard stopped it (its model is then the step
+    before's), or None if it ran its course: a rate that diverged must say so where it is shown."""
+    guard = results.get("guard") or {}
+    return int(guard["step"]) if guard.get("action") == "stopped" else None
 
 
 def _validation_accuracy(run: Run) -> float:
@@ -57,6 +65,7 @@ def tuning_grids(root: Path, search: Search = SHORT) -> dict[tuple[str, str], li
                 validation=_validation_accuracy(run),
                 test=float(run.results["accuracy"]),
                 source=rel(run.directory / "results.json", root),
+                stopped_at=stopped_at(run.results),
             )
         )
     return {key: sorted(points, key=lambda p: p.lr) for key, points in sorted(grids.items())}
@@ -119,7 +128,11 @@ def _grid_rows(grids: dict[tuple[str, str], list[GridPoint]]) -> list[str]:
     ]
     for (task, method), points in grids.items():
         best = pick(points)
-        cells = ", ".join(f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)})" for p in points)
+        cells = ", ".join(
+            f"{p.lr:g} → {pct(p.validation)} ({pct(p.test)}"
+            + (f"; guard stopped it at step {p.stopped_at:,})" if p.stopped_at else ")")
+            for p in points
+        )
         edge = (
             "yes" if bracketed(points) else "no: one rate" if len(points) == 1 else "no: at an edge"
         )
