@@ -669,6 +669,8 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     assert "| seedflood | ring | 0 | 1,000 | 82.8 | 49.6 | cpu | 120 |" in horizon
     assert "| seedflood | ring | 1 | 670 of 1,000 (guard: drift) | 81.4 | 49.6 |" in horizon
     assert "- seedflood_topology-ring_clients-16: 82.2 ± 1.8% over 3 seeds" in horizon
+    curves = "![validation accuracy against steps, bytes and seconds](img/results_sst2_long.png)"
+    assert curves in horizon and (root / "docs" / "img" / "results_sst2_long.png").stat().st_size
     measured = "So far: seedflood on the ring: 82.2 ± 1.8% test over 3 seeds"
     assert f"**Verdict: not yet decided.** {measured}. The claim needs DSGD" in horizon
     assert f"100 first-order steps (§1b) | not yet decided | {measured} |" in text

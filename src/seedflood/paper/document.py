@@ -428,7 +428,7 @@ def write_paper_results(root: Path, out: Path) -> Path:
     out = out if out.is_absolute() else root / out
     sections = [
         *_main_section(root, out),
-        *horizon_section(root),
+        *horizon_section(root, out),
         *_scaling_section(root, out),
         *at_length(root, "scaling-sst2-long.yaml", "results/paper-scaling-long"),
         *_subcge_section(root, out),

@@ -15,17 +15,20 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+
 from seedflood.files import read_jsonl
-from seedflood.paper.bench import pct, rel
+from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
 from seedflood.paper.verdicts import percent_interval
 from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
+FIRST_ORDER_LOCAL_STEPS = 5  # the grid's gossip methods: 20 rounds of 5 local steps
 
 
-def horizon_section(root: Path) -> list[str]:
+def horizon_section(root: Path, out: Path) -> list[str]:
     directory = root / OUT
     lines = [
         "## 1b. SST-2 at the papers' horizon: 1,000 zeroth-order and 100 first-order steps",
@@ -40,6 +43,9 @@ def horizon_section(root: Path) -> list[str]:
     if not runs and not stopped:
         return [*lines, *not_yet_run(GRID, OUT), *search, *_full_training_sets(root)]
     lines += _runs_table(runs, root)
+    image = out.parent / "img" / "results_sst2_long.png"
+    _plot_curves(runs, stopped, image)
+    lines += [f"![validation accuracy against steps, bytes and seconds]({link(image, out)})", ""]
     if stopped:
         lines += [
             "Stopped before their end (the lent GPU's time ran out), last evaluation shown:",
@@ -161,3 +167,45 @@ def _stopped_line(path: Path, root: Path) -> str:
         f"accuracy {pct(last['accuracy'])}%, consensus distance {last['consensus_distance']:.3g} "
         f"(`{rel(path, root)}`)"
     )
+
+
+def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
+    """Validation accuracy against steps, busiest-edge bytes and training seconds: one line per
+    run, coloured by method, marked by seed, dashed where a run was stopped before its end."""
+    curves = [(run.directory.name, run.history, "-") for run in runs if run.history]
+    curves += [(p.name.removesuffix(".history.jsonl"), read_jsonl(p), "--") for p in stopped]
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
+    colours: dict[str, str] = {}
+    for name, history, style in curves:
+        method = name.split("_")[0]
+        colour = colours.setdefault(method, f"C{len(colours)}")
+        steps_per_round = _steps_per_round(name, runs)
+        seed = int(name.rsplit("_seed-", 1)[1])
+        topology = name.split("topology-")[1].split("_")[0]
+        label = f"{method} ({topology}, seed {seed}{', stopped' if style == '--' else ''})"
+        for axis, key in zip(axes, ("round", "bytes_per_edge_max", "train_seconds"), strict=True):
+            points = [h for h in history if key in h and "accuracy" in h]
+            x = [h[key] * steps_per_round if key == "round" else h[key] for h in points]
+            if key == "bytes_per_edge_max":
+                x = [max(value, 1.0) for value in x]
+            accuracy = [100 * h["accuracy"] for h in points]
+            axis.plot(x, accuracy, style, color=colour, marker="os^D"[seed % 4], label=label)
+    axes[0].set(xlabel="local steps per client", ylabel="validation accuracy (%)")
+    axes[1].set(xlabel="bytes on the busiest edge (log; none drawn at 1)", xscale="log")
+    axes[2].set(xlabel="training seconds (device in the table)")
+    axes[0].legend(fontsize=7)
+    for axis in axes:
+        axis.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    image.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(image, dpi=120, metadata={"Software": None})
+    plt.close(figure)
+
+
+def _steps_per_round(name: str, runs: list[Run]) -> int:
+    """Local steps a round: the run's own where it finished, else its method's in the grid file
+    (a stopped run left no results)."""
+    for run in runs:
+        if run.directory.name == name:
+            return int(run.results["config"].get("local_steps") or 1)
+    return 1 if name.startswith(("seedflood", "dzsgd")) else FIRST_ORDER_LOCAL_STEPS
