@@ -25,8 +25,9 @@
 # SeedFlood run resumes from the ledger (replayed on the GPU), any other starts afresh. Stop CPU
 # lanes on the same grid before unpacking, since the GPU's results replace theirs. Each lane of a
 # first-order method writes a checkpoint of 16 full models (8.6 GB at 16 clients) beside a
-# temporary copy: four such lanes filled the H200's 62 GB of free disk (2026-11-28), so give them
-# two lanes at most.
+# temporary copy at every evaluation: four such lanes filled the H200's 62 GB of free disk
+# (2026-11-28) and died. A run now goes on without the checkpoint it cannot write, but each write
+# still takes time: give first-order methods two lanes at most.
 set -euo pipefail
 
 WHEELS="pydantic pydantic_core annotated_types typing_inspection gguf datasets dill multiprocess"

@@ -177,6 +177,35 @@ def test_resume_without_checkpoint_starts_from_scratch(
     assert without_timing(results) == without_timing(uninterrupted["dsgd"][0])
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(28, "No space left on device"), RuntimeError("unexpected pos 57472 vs 57366")],
+)
+def test_a_checkpoint_that_cannot_be_written_leaves_the_run_going(
+    data_dir: Path,
+    tmp_path: Path,
+    uninterrupted: dict[str, tuple[dict, list[dict]]],
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+) -> None:
+    """A full disk (as the OS or as torch's writer reports it) costs the checkpoint, which only a
+    resume needs, never the run: it ends as an uninterrupted one and says what was not saved."""
+
+    def full_disk(*_args: object) -> None:
+        raise failure
+
+    monkeypatch.setattr("seedflood.sim.runner.save_checkpoint", full_disk)
+    notes: list[str] = []
+    results = run(
+        config_of(data_dir, "dsgd"), tmp_path, lambda _d, r: notes.append(r.get("text", ""))
+    )
+    assert without_timing(results) == without_timing(uninterrupted["dsgd"][0])
+    unsaved = [note for note in notes if note.startswith("checkpoint not written")]
+    assert len(unsaved) == ROUNDS // EVAL_EVERY + 1  # every evaluation, round 0's included
+    assert unsaved[1].startswith(f"checkpoint not written at round {EVAL_EVERY} ({failure}; ")
+    assert "MB free on its disk): the run goes on" in unsaved[1]
+
+
 def test_state_added_to_an_algorithm_is_saved_without_being_declared(
     data_dir: Path, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ schedules rounds and evaluations and writes what it measured.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -202,6 +203,17 @@ def evaluate(exp: Experiment, examples: list[TokenizedExample]) -> dict[str, flo
     }
 
 
+def _unsaved(saved_at: Path, done: int, error: BaseException) -> str:
+    """Why a checkpoint was not written. Training goes on: a checkpoint is only what a resume
+    starts from, and first-order runs on a lent GPU filled its disk with 8.6 GB checkpoints and
+    died at their first evaluation, where they would have finished without one."""
+    free_mb = shutil.disk_usage(saved_at.parent).free / 2**20
+    return (
+        f"checkpoint not written at round {done} ({error}; {free_mb:,.0f} MB free on its disk): "
+        "the run goes on, and a resume would start from the last checkpoint written"
+    )
+
+
 def _fresh_or_resumed(
     exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
 ) -> Progress:
@@ -302,7 +314,10 @@ def run(
             progress_now = Progress(
                 done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
             )
-            save_checkpoint(saved_at, config, progress_now, algorithm)
+            try:
+                save_checkpoint(saved_at, config, progress_now, algorithm)
+            except (OSError, RuntimeError) as error:  # torch reports a full disk as RuntimeError
+                report(done, {"event": "note", "text": _unsaved(saved_at, done, error)})
 
         if not history:
             record(0, {})
