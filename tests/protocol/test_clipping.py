@@ -98,7 +98,9 @@ def accuracy_of(config: RunConfig) -> tuple[float, int]:
     return evaluate(exp, exp.test)["accuracy"], exp.algorithm.describe().get("clipped_messages", 0)
 
 
-def test_clipping_stops_a_client_sending_a_thousand_times_its_scalar(tmp_path: Path) -> None:
+def test_clipping_stops_a_client_sending_ten_thousand_times_its_scalar(tmp_path: Path) -> None:
+    """A 1,000-fold attacker cost 11 to over 20 points depending on the CPU's kernels (an Intel
+    and an AMD machine with AVX-512); at 10,000-fold the undefended run falls to chance."""
     base = {
         "model": "tiny",
         "data_dir": str(write_synthetic_sst2(tmp_path)),
@@ -111,7 +113,7 @@ def test_clipping_stops_a_client_sending_a_thousand_times_its_scalar(tmp_path: P
         "lr": 1e-2,
         "max_length": 32,
     }
-    poison = {"attackers": 1, "attack_factor": 1_000.0}
+    poison = {"attackers": 1, "attack_factor": 10_000.0}
     clip = {"clip_multiple": 3.0, "clip_window": 8}
     honest, _ = accuracy_of(RunConfig(**base))
     poisoned, _ = accuracy_of(RunConfig(**base, **poison))
