@@ -102,11 +102,13 @@ def _grid_state(root: Path, grid: str, out: str) -> list[str]:
 def _measured_so_far(runs: list[Run]) -> str:
     """What the finished runs already say, method by method: the mean test accuracy over seeds
     with its 95% interval, so that a verdict still waiting for its rivals reports its numbers."""
+    groups: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    for run in runs:
+        groups[run.group].append(run.results["accuracy"])
     parts = [
-        f"{name.split('_')[0]} on the {name.split('topology-')[1].split('_')[0]}: "
+        f"{method} on the {topology}: "
         f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
-        for name, values in _by_seeds(runs).items()
-        if "topology-" in name
+        for (method, _task, topology, _clients), values in groups.items()
     ]
     return f"So far: {'; '.join(parts)}. " if parts else ""
 
