@@ -698,6 +698,40 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     assert "Not yet run (`seedflood compare configs/paper/subcge-long.yaml --out " in text
 
 
+def test_the_horizon_verdict_compares_seedflood_with_every_method_run_so_far(root: Path) -> None:
+    """Before DSGD and ChocoSGD decide the claim, §1b still says how SeedFlood stands against the
+    methods that have run: Welch's test on the seeds, SeedFlood's ring seeds standing for the
+    meshgrid too (one hash on both)."""
+    seedflood, choco_lora, dsgd_lora = (0.82, 0.83, 0.81), (0.70, 0.71, 0.72), (0.84, 0.83)
+    for seed, accuracy in enumerate(seedflood):
+        name = f"seedflood_topology-ring_clients-16_seed-{seed}"
+        _run(root, "paper-main-sst2-long", name, accuracy, rounds=1000, seed=seed)
+    for seed, accuracy in enumerate(choco_lora):
+        name = f"choco-lora_topology-meshgrid_clients-16_seed-{seed}"
+        _run(root, "paper-main-sst2-long", name, accuracy, rounds=20, seed=seed,
+             topology="meshgrid", local_steps=5)  # fmt: skip
+    for seed, accuracy in enumerate(dsgd_lora):
+        name = f"dsgd-lora_topology-ring_clients-16_seed-{seed}"
+        _run(root, "paper-main-sst2-long", name, accuracy, rounds=20, seed=seed, local_steps=5)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    ahead = compare(seedflood, choco_lora)
+    level = compare(seedflood, dsgd_lora)
+    assert ahead[0] == 1 and level[0] == 0
+    assert (
+        f"SeedFlood ahead of choco-lora on the meshgrid (82.0 vs 71.0%, Welch p = {ahead[1]:.3g}), "
+        f"not told apart from dsgd-lora on the ring (82.0 vs 83.5%, Welch p = {level[1]:.3g}). "
+        "The claim needs DSGD"
+    ) in horizon
+    assert "choco-lora on the meshgrid: 71.0 ± 2.5% test over 3 seeds" in horizon
+    # one seed has no spread to test: its mean is shown, never ranked
+    _run(root, "paper-main-sst2-long", "choco_topology-ring_clients-16_seed-0", 0.9, rounds=20,
+         local_steps=5)  # fmt: skip
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert "choco on the ring: 90.0% test over 1 seed;" in text
+    assert "from choco on the ring" not in text and "of choco on the ring" not in text
+
+
 def test_the_pipeline_section_shows_deeper_pipelines_and_waste_by_cause(root: Path) -> None:
     results = root / "results"
     times = {("gwtf", 1.0): (900.0, 1100.0), ("swarm", 1.0): (1000.0, 1000.0)}

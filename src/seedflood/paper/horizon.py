@@ -21,7 +21,7 @@ from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
-from seedflood.paper.verdicts import percent_interval
+from seedflood.paper.verdicts import against, percent_interval
 from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
@@ -101,7 +101,10 @@ def _grid_state(root: Path, grid: str, out: str) -> list[str]:
 
 def _measured_so_far(runs: list[Run]) -> str:
     """What the finished runs already say, method by method: the mean test accuracy over seeds
-    with its 95% interval, so that a verdict still waiting for its rivals reports its numbers."""
+    with its 95% interval, and SeedFlood against each other method run so far (Welch's test on
+    the seeds, so only where both sides have two or more), so that a verdict still waiting for
+    its rivals reports its numbers. SeedFlood's ring seeds stand for both topologies: with
+    hops = diameter its meshgrid runs end on the same state hash."""
     groups: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run.results["accuracy"])
@@ -110,6 +113,16 @@ def _measured_so_far(runs: list[Run]) -> str:
         f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
         for (method, _task, topology, _clients), values in groups.items()
     ]
+    ours = [
+        value for group, values in groups.items() if group[0] == "seedflood" for value in values
+    ]
+    comparisons = [
+        against(f"{method} on the {topology}", ours, {"accuracies": values})[1]
+        for (method, _task, topology, _clients), values in groups.items()
+        if method != "seedflood" and len(ours) > 1 and len(values) > 1
+    ]
+    if comparisons:
+        parts.append(f"SeedFlood {', '.join(comparisons)}")
     return f"So far: {'; '.join(parts)}. " if parts else ""
 
 
@@ -195,7 +208,8 @@ def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
     axes[0].set(xlabel="local steps per client", ylabel="validation accuracy (%)")
     axes[1].set(xlabel="bytes on the busiest edge (log; none drawn at 1)", xscale="log")
     axes[2].set(xlabel="training seconds (device in the table)")
-    axes[0].legend(fontsize=7)
+    if curves:
+        axes[0].legend(fontsize=7)
     for axis in axes:
         axis.grid(True, which="both", alpha=0.3)
     figure.tight_layout()

@@ -60,7 +60,7 @@ def compare(ours: Sequence[float], theirs: Sequence[float]) -> tuple[int, float 
     return ((difference > 0) - (difference < 0)) if p < SIGNIFICANCE else 0, p
 
 
-def _against(name: str, ours: Sequence[float], row: dict[str, Any]) -> tuple[int, str]:
+def against(name: str, ours: Sequence[float], row: dict[str, Any]) -> tuple[int, str]:
     """The comparison with one rival's row, and how the verdict says it."""
     theirs = row.get("accuracies") or [row["accuracy"]]
     order, p = compare(ours, theirs)
@@ -119,7 +119,7 @@ def main_verdict(
                     f"{pct(row['floor'])}%), so it is no rival here"
                 )
                 continue
-            order, sentence = _against(name, ours, row)
+            order, sentence = against(name, ours, row)
             orders.append(order)
             said.append(sentence)
         ahead = all(order > 0 for order in orders)  # a cell where no rival learned is not lost
