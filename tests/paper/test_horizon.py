@@ -1,0 +1,106 @@
+"""§1b and the grids at the papers' horizon: shown apart from the short grids, never pooled,
+and judged on what has run so far."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from seedflood.paper.document import write_paper_results
+from seedflood.paper.findings import consensus
+from seedflood.paper.verdicts import compare
+from tests.paper.fabricate import write_run
+
+
+def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path) -> None:
+    """A 1,000-step seed in paper-main-sst2-long shares method, task, topology and seed with the
+    short grid's runs: it gets its own table, stays out of the main table's mean and out of the
+    ring/meshgrid hash pairs, and a stopped run's last evaluation is named."""
+    long_seed = "seedflood_topology-ring_clients-16_seed-0"
+    write_run(root, "paper-main-sst2-long", long_seed, 0.828, rounds=1000)
+    mesh = root / "results" / "paper-main-sst2" / "runs" / "mesh" / "results.json"
+    write_run(root, "paper-main-sst2", "mesh", 0.7, topology="meshgrid")
+    mesh.write_text(json.dumps({**json.loads(mesh.read_text()), "state_hash": "aa"}))
+    long_file = root / "results" / "paper-main-sst2-long" / "runs" / long_seed / "results.json"
+    long_file.write_text(json.dumps({**json.loads(long_file.read_text()), "state_hash": "aa"}))
+    stopped = root / "results" / "paper-main-sst2-long" / "unfinished-h100"
+    stopped.mkdir()
+    record = {"round": 15, "train_loss": 0.6931, "accuracy": 0.52, "consensus_distance": 8e-6}
+    (stopped / "dsgd_topology-ring_clients-16_seed-0.history.jsonl").write_text(
+        json.dumps({"round": 0, "accuracy": 0.51}) + "\n" + json.dumps(record) + "\n"
+    )
+    # two more seeds, one stopped by its divergence guard: the table says where, and the seeds'
+    # mean and interval are the verdict's numbers so far and the summary's
+    stop = {"action": "stopped", "rule": "drift", "step": 670}
+    write_run(
+        root, "paper-main-sst2-long", long_seed[:-1] + "1", 0.814, rounds=1000, seed=1, guard=stop
+    )
+    write_run(root, "paper-main-sst2-long", long_seed[:-1] + "2", 0.823, rounds=1000, seed=2)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    main = text[text.index("## 1. Main") : text.index("## 1b.")]
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    assert "| seedflood | sst2 | ring | 16 | 2 | 30 | 75.0 " in main  # seeds 0 and 1 alone
+    assert "| seedflood | ring | 0 | 1,000 | 82.8 | 49.6 | cpu | 120 |" in horizon
+    assert "| seedflood | ring | 1 | 670 of 1,000 (guard: drift) | 81.4 | 49.6 |" in horizon
+    assert "- seedflood_topology-ring_clients-16: 82.2 ± 1.8% over 3 seeds" in horizon
+    curves = "![validation accuracy against steps, bytes and seconds](img/results_sst2_long.png)"
+    assert curves in horizon and (root / "docs" / "img" / "results_sst2_long.png").stat().st_size
+    measured = "So far: seedflood on the ring: 82.2 ± 1.8% test over 3 seeds"
+    assert f"**Verdict: not yet decided.** {measured}. The claim needs DSGD" in horizon
+    assert f"100 first-order steps (§1b) | not yet decided | {measured} |" in text
+    assert "dsgd_topology-ring_clients-16_seed-0: round 15, train loss 0.6931" in horizon
+    assert "validation accuracy 52.0%" in horizon
+    # same task, seed, hash and device, but another grid: not a ring/meshgrid pair
+    assert consensus(root) is None
+    # RTE on its full training set has its own table; BoolQ names the command that runs it
+    write_run(root, "paper-main-rte-long", "dsgd_seed-1", 0.61, task="rte", seed=1, rounds=6)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    full = horizon[horizon.index("### RTE and BoolQ") :]
+    assert "| dsgd | ring | 1 | 6 | 61.0 | 49.6 | cpu | 120 |" in full
+    assert (
+        "boolq (configs/paper/main-boolq-long.yaml):\n\nNot yet run (`seedflood compare "
+        "configs/paper/main-boolq-long.yaml --out results/paper-main-boolq-long`;"
+    ) in full
+    assert "| 61.0 |" not in text[: text.index("## 1b.")]  # nor pooled into the main table
+    # a short grid's section closes with its grid at length: runs so far, or the command
+    write_run(root, "paper-hops-long", "hops-2_seed-0", 0.8, clients=64, hops=2, rounds=300)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    hops = text[text.index("## 4.") : text.index("## 5.")]
+    at_length = hops[hops.index("### At the papers' horizon: configs/paper/hops-long.yaml") :]
+    assert "| hops-2 | ring | 0 | 300 | 80.0 | 49.6 | cpu | 120 |" in at_length
+    assert "Not yet run (`seedflood compare configs/paper/subcge-long.yaml --out " in text
+
+
+def test_the_horizon_verdict_compares_seedflood_with_every_method_run_so_far(root: Path) -> None:
+    """Before DSGD and ChocoSGD decide the claim, §1b still says how SeedFlood stands against the
+    methods that have run: Welch's test on the seeds, SeedFlood's ring seeds standing for the
+    meshgrid too (one hash on both)."""
+    seedflood, choco_lora, dsgd_lora = (0.82, 0.83, 0.81), (0.70, 0.71, 0.72), (0.84, 0.83)
+    for seed, accuracy in enumerate(seedflood):
+        name = f"seedflood_topology-ring_clients-16_seed-{seed}"
+        write_run(root, "paper-main-sst2-long", name, accuracy, rounds=1000, seed=seed)
+    for seed, accuracy in enumerate(choco_lora):
+        name = f"choco-lora_topology-meshgrid_clients-16_seed-{seed}"
+        write_run(root, "paper-main-sst2-long", name, accuracy, rounds=20, seed=seed,
+                  topology="meshgrid", local_steps=5)  # fmt: skip
+    for seed, accuracy in enumerate(dsgd_lora):
+        name = f"dsgd-lora_topology-ring_clients-16_seed-{seed}"
+        write_run(root, "paper-main-sst2-long", name, accuracy, rounds=20, seed=seed, local_steps=5)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    horizon = text[text.index("## 1b.") : text.index("## 2.")]
+    ahead = compare(seedflood, choco_lora)
+    level = compare(seedflood, dsgd_lora)
+    assert ahead[0] == 1 and level[0] == 0
+    assert (
+        f"SeedFlood ahead of choco-lora on the meshgrid (82.0 vs 71.0%, Welch p = {ahead[1]:.3g}), "
+        f"not told apart from dsgd-lora on the ring (82.0 vs 83.5%, Welch p = {level[1]:.3g}). "
+        "The claim needs DSGD"
+    ) in horizon
+    assert "choco-lora on the meshgrid: 71.0 ± 2.5% test over 3 seeds" in horizon
+    # one seed has no spread to test: its mean is shown, never ranked
+    choco = "choco_topology-ring_clients-16_seed-0"
+    write_run(root, "paper-main-sst2-long", choco, 0.9, rounds=20, local_steps=5)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert "choco on the ring: 90.0% test over 1 seed;" in text
+    assert "from choco on the ring" not in text and "of choco on the ring" not in text
