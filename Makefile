@@ -27,8 +27,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples tools
+	$(BIN)/ruff format --check src tests benchmarks examples tools
 	$(BIN)/lint-imports
 
 clean:

@@ -13,7 +13,7 @@ from torch import nn
 
 from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
-from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
+from seedflood.algorithms.gossip import CHUNK, Gossip, gossip_memory_bytes, mixed_chunks
 from seedflood.config import ConfigError, RunConfig
 from seedflood.learning.models import add_lora, load_model
 from seedflood.learning.scoring import batch_loss, loss_and_correct, tokenize
@@ -271,3 +271,37 @@ def test_the_memory_estimate_is_the_measured_peak_within_ten_percent(
     measured = results["peak_rss_mb"] * 2**20
     estimate = gossip_memory_bytes(16, results["parameters"], compressed, batched=False)
     assert 0.9 < estimate / measured < 1.1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent one)")
+@pytest.mark.parametrize("topk_ratio", [None, 0.5], ids=["dsgd", "choco"])
+def test_first_order_gossip_on_a_gpu_takes_the_cpus_steps(tiny, topk_ratio) -> None:
+    """DSGD and ChocoSGD end where they end on the CPU, to float rounding: their runs on an H100
+    and an H200 fell to a loss of exactly ln 2 where the CPU's trained (tools/gpu_fo_check.py
+    checks the full-size case)."""
+    topology = make_topology("ring", 6)
+    states = []
+    for device in ("cpu", "cuda"):
+        with torch.device(device):
+            model = copy.deepcopy(tiny[0]).to(device)
+            gossip = make_gossip(
+                tiny, topology, model=model, topk_ratio=topk_ratio, gamma=0.5, local_steps=2
+            )
+            for index in range(3):
+                gossip.run_round(index)
+        states.append(gossip.x.cpu())
+    initial = torch.cat([p.detach().flatten() for p in tiny[0].parameters()])
+    assert not torch.allclose(states[0][0], initial, atol=1e-4)
+    assert torch.allclose(states[1], states[0], rtol=1e-4, atol=1e-5)
+
+
+def test_mixing_a_column_slice_is_the_dense_product_whatever_its_stride() -> None:
+    """Mixing takes column chunks of the n × d state, each copied contiguous (see
+    ``mixed_chunks``): the chunks together are W times the whole state."""
+    topology = make_topology("ring", 5)
+    weights = torch.from_numpy(topology.mixing_matrix("metropolis")).float()
+    state = torch.randn(5, 3 * CHUNK + 7, generator=torch.Generator().manual_seed(1))
+    mixed = torch.empty_like(state)
+    for columns, chunk in mixed_chunks(weights.to_sparse(), state):
+        mixed[:, columns] = chunk
+    assert torch.allclose(mixed, weights @ state, atol=1e-6)

@@ -227,23 +227,17 @@ class Gossip:
             self.x[client].add_(directions[client] * (-lr * scalar))
         return [(plus + minus) / 2.0 for plus, minus in pairs]
 
-    def _mix(self, matrix: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
-        """(W · matrix) chunk by chunk, so mixing needs no second n × d buffer."""
-        for start in range(0, self.d, CHUNK):
-            columns = slice(start, min(start + CHUNK, self.d))
-            yield columns, self.mixing @ matrix[:, columns]
-
     def communicate(self) -> None:
         """One exchange with every neighbour, counted on every directed edge."""
         if self.x_hat is None:
-            for columns, mixed in self._mix(self.x):
+            for columns, mixed in mixed_chunks(self.mixing, self.x):
                 self.x[:, columns] = mixed
         else:
             for client in range(self.n):
                 difference = self.x[client] - self.x_hat[client]
                 indices = difference.abs().topk(self.k, sorted=False).indices
                 self.x_hat[client, indices] += difference[indices]
-            for columns, mixed in self._mix(self.x_hat):
+            for columns, mixed in mixed_chunks(self.mixing, self.x_hat):
                 self.x[:, columns] += self.gamma * (mixed - self.x_hat[:, columns])
         for sender, receiver in self.topology.directed_edges:
             self.counter.count(sender, receiver, size=self.message_bytes, messages=1)
@@ -270,6 +264,23 @@ class Gossip:
             "estimator": self.estimator,
             "bytes_per_message": self.message_bytes,
         }
+
+
+def mixed_chunks(
+    mixing: torch.Tensor, matrix: torch.Tensor
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(W · matrix) chunk of columns by chunk, so mixing needs no second n × d buffer.
+
+    Each chunk is copied contiguous before the sparse product. A column slice keeps the row
+    stride d, so the sparse library would see a dense operand of n × d elements: 2.15 × 10⁹ for
+    16 clients of SmolLM2-135M, past 32-bit indexing. First-order runs of that size on an H100
+    and an H200 fell to a loss of exactly ln 2 within 25 steps where the same runs train on the
+    CPU (results/bench/gpu-fo/); that stride is the suspect, which tools/gpu_fo_check.py tests on
+    a lent GPU. On the CPU the product is the same either way, bit for bit."""
+    d = matrix.shape[1]
+    for start in range(0, d, CHUNK):
+        columns = slice(start, min(start + CHUNK, d))
+        yield columns, mixing @ matrix[:, columns].contiguous()
 
 
 def _add_scaled(x: torch.Tensor, u: torch.Tensor, coef: float, *, out: torch.Tensor) -> None:
