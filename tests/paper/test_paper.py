@@ -192,15 +192,25 @@ def test_regenerating_gives_the_same_bytes(root: Path) -> None:
 
 
 def test_runs_off_the_cpu_are_named_with_their_tasks() -> None:
-    def made(task: str, device: str | None) -> Run:
-        results = {"config": {"task": task}, **({"device": device} if device else {})}
-        return Run(Path(task), results, [])
+    def made(task: str, device: str | None, method: str = "seedflood", lora: bool = False) -> Run:
+        config = {"task": task, "method": method, "lora": lora}
+        results = {"config": config, **({"device": device} if device else {})}
+        return Run(Path(f"{method}-{task}"), results, [])
 
     runs = [made("boolq", "cuda"), made("boolq", "cuda"), made("rte", "cuda"), made("sst2", None)]
     assert device_note(runs)[0].startswith(
         "Device: every run on the CPU but 3 on cuda (boolq 2, rte 1). A GPU run draws the same"
     )
+    assert "Suspect" not in device_note(runs)[0]
     assert device_note([made("sst2", None), made("rte", "cpu")]) == []
+    # full-parameter first-order runs on a GPU are named suspect; their LoRA variants and CPU
+    # runs are not
+    runs += [made("boolq", "cuda", "dsgd"), made("boolq", "cuda", "dsgd", lora=True)]
+    runs.append(made("rte", None, "choco"))
+    assert (
+        "Suspect: the 1 full-parameter DSGD and ChocoSGD runs among them (dsgd-boolq)."
+        in (device_note(runs)[0])
+    )
 
 
 def test_a_data_note_reads_the_same_wherever_the_data_directory_was() -> None:
