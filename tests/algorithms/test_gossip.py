@@ -274,11 +274,12 @@ def test_the_memory_estimate_is_the_measured_peak_within_ten_percent(
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent one)")
-@pytest.mark.parametrize("topk_ratio", [None, 0.5], ids=["dsgd", "choco"])
+@pytest.mark.parametrize("topk_ratio", [None, 1.0], ids=["dsgd", "choco"])
 def test_first_order_gossip_on_a_gpu_takes_the_cpus_steps(tiny, topk_ratio) -> None:
     """DSGD and ChocoSGD end where they end on the CPU, to float rounding: their runs on an H100
     and an H200 fell to a loss of exactly ln 2 where the CPU's trained (tools/gpu_fo_check.py
-    checks the full-size case)."""
+    checks the full-size case). ChocoSGD sends every entry here: with a cut, rounding could move
+    an entry across it and a whole value with it."""
     topology = make_topology("ring", 6)
     states = []
     for device in ("cpu", "cuda"):
