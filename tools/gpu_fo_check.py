@@ -40,20 +40,23 @@ SETTINGS = (  # the reference run's command: seedflood run configs/quickstart.ya
 LOSS_TOLERANCE = 0.02  # relative; a collapse to ln 2 is 16% off at round 2
 
 
-def mixing_errors(clients: int = 16, d: int = SMOLLM2_PARAMETERS) -> dict[str, float]:
-    """Largest relative error of the GPU's mixed first and last chunks against the CPU's, with
-    the chunk passed strided (the old way) and through ``mixed_chunks``."""
+def mixing_errors(
+    device: torch.device, clients: int = 16, d: int = SMOLLM2_PARAMETERS
+) -> dict[str, float]:
+    """Largest relative error of ``device``'s mixed first and last chunks against the CPU's,
+    with the chunk passed strided (the old way) and through ``mixed_chunks``."""
     mixing = torch.from_numpy(make_topology("ring", clients).mixing_matrix("metropolis")).float()
-    state = torch.randn(clients, d, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
-    gpu_mixing = mixing.to_sparse().cuda()
+    generator = torch.Generator(device).manual_seed(0)
+    state = torch.randn(clients, d, device=device, generator=generator)
+    on_device = mixing.to_sparse().to(device)
     last = (d - 1) // CHUNK * CHUNK
     errors = {"strided": 0.0, "mixed_chunks": 0.0}
-    for columns, mixed in mixed_chunks(gpu_mixing, state):
+    for columns, mixed in mixed_chunks(on_device, state):
         if columns.start not in (0, last):
             continue
         expected = mixing @ state[:, columns].cpu()
         scale = float(expected.abs().max())
-        for name, got in (("strided", gpu_mixing @ state[:, columns]), ("mixed_chunks", mixed)):
+        for name, got in (("strided", on_device @ state[:, columns]), ("mixed_chunks", mixed)):
             errors[name] = max(errors[name], float((got.cpu() - expected).abs().max()) / scale)
     return errors
 
@@ -76,7 +79,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: this check is for a lent GPU", file=sys.stderr)
         return 2
-    errors = mixing_errors()
+    errors = mixing_errors(torch.device("cuda"))
     losses = training_losses(torch.device("cuda"))
     mixing_ok = errors["mixed_chunks"] < 1e-5
     training_ok = all(
