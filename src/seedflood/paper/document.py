@@ -30,7 +30,7 @@ from seedflood.paper.clients import client_table
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.gwtf import flow_section, links_section, pipeline_section
-from seedflood.paper.horizon import at_length, horizon_section
+from seedflood.paper.horizon import FULL_FIRST_ORDER, at_length, horizon_section
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
     LEARNED,
@@ -132,7 +132,8 @@ def device_note(runs: list[Run]) -> list[str]:
         device = run.results.get("device", "cpu")
         if device != "cpu":
             elsewhere[device][run.results["config"]["task"]] += 1
-            if _full_first_order(run.results["config"]):
+            config = run.results["config"]
+            if config.get("method") in FULL_FIRST_ORDER and not config.get("lora"):
                 suspect.append(run.directory.name)
     if not elsewhere:
         return []
@@ -156,10 +157,6 @@ def device_note(runs: list[Run]) -> list[str]:
         f"time is the GPU's.{caution}",
         "",
     ]
-
-
-def _full_first_order(config: dict) -> bool:
-    return config.get("method") in ("dsgd", "choco") and not config.get("lora")
 
 
 def _groups(runs: list[Run]) -> dict[tuple[str, str, str, int], list[Run]]:

@@ -27,6 +27,7 @@ from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
 FIRST_ORDER_LOCAL_STEPS = 5  # the grid's gossip methods: 20 rounds of 5 local steps
+FULL_FIRST_ORDER = ("dsgd", "choco")  # full-parameter runs of these are suspect on a GPU
 SUSPECT_ON_GPU = (
     "The full-parameter DSGD and ChocoSGD runs above are suspect, not their rates: on the GPUs "
     "they stood at a train loss of exactly ln 2 (or drifted apart) by step 25 at every rate tried, "
@@ -61,7 +62,7 @@ def horizon_section(root: Path, out: Path) -> list[str]:
         ]
         lines += [_stopped_line(path, root) for path in stopped]
         lines.append("")
-        if any(path.name.startswith(("dsgd_", "choco_")) for path in stopped):
+        if any(path.name.split("_")[0] in FULL_FIRST_ORDER for path in stopped):
             lines += [SUSPECT_ON_GPU, ""]
     lines += [
         *search,
