@@ -32,7 +32,8 @@ SUSPECT_ON_GPU = (
     "The full-parameter DSGD and ChocoSGD runs above are suspect, not their rates: on the GPUs "
     "they stood at a train loss of exactly ln 2 (or drifted apart) by step 25 at every rate tried, "
     "while the same 16-client DSGD configuration at lr 0.00125 trains on the CPU (train loss 0.489 "
-    "at step 25; `results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl`). "
+    "at step 25; `results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl`); in "
+    "the search below, full DSGD at lr 0.000625 trained all 100 steps on the CPU. "
     "`tools/gpu_fo_check.py` tests the suspected cause on the next lent GPU."
 )
 
