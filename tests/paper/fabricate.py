@@ -98,6 +98,15 @@ def write_pipeline(root: Path) -> None:
          "slowest_ratio": 0.99, "total_ratio": 1.03},
     ]  # fmt: skip
     (results / "bench" / "flow_convergence.json").write_text(json.dumps({"runs": flow}))
+    crashes = [
+        {"stage": stage, "extra_forwards": [int(s == stage) for s in range(3)],
+         "extra_backwards": [int(s == stage) for s in range(3)], "loss_equal": True,
+         "weight_gap": gap, "recovery_seconds": seconds}
+        for stage, gap, seconds in ((0, 1e-5, 0.1), (1, 2e-5, 0.2), (2, 8e-6, 0.3))
+    ]  # fmt: skip
+    recovery = {"layers": 6, "stages": 3, "replicas_per_stage": 2, "microbatches": 4, "rows": 2,
+                "seq_len": 64, "restart_seconds": 1.5, "crashes": crashes}  # fmt: skip
+    (results / "bench" / "crash_recovery.json").write_text(json.dumps(recovery))
 
 
 def write_tuning_run(root: Path, method: str, lr: float, validation: float, test: float) -> None:

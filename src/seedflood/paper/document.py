@@ -29,7 +29,7 @@ from seedflood.paper.bench import (
 from seedflood.paper.clients import client_table
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
-from seedflood.paper.gwtf import flow_section, links_section, pipeline_section
+from seedflood.paper.gwtf import flow_section, links_section, pipeline_section, recovery_section
 from seedflood.paper.horizon import FULL_FIRST_ORDER, at_length, horizon_section
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
@@ -452,6 +452,7 @@ def write_paper_results(root: Path, out: Path) -> Path:
         *pipeline_section(root, out),
         *links_section(root, out),
         *flow_section(root),
+        *recovery_section(root),
     ]
     lines = [
         "# Reproducing the papers at this machine's scale",

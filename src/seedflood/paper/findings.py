@@ -24,6 +24,7 @@ CLAIMS = (  # (section heading, the paper's claim as its notes state it)
     ("## 6.", "GWTF: up to 45% less time and 30% more throughput than SWARM under churn"),
     ("## 6b.", "GWTF: up to 50% better than SWARM with heterogeneous communication"),
     ("## 6c.", "GWTF's decentralized flow is near-optimal against a centralized scheme"),
+    ("## 6d.", "GWTF recovers a crash mid-backward without costly recomputation"),
 )
 VERDICT = re.compile(r"^\*\*Verdict: (?P<word>[^*]+?)\.?\*\*(?P<rest>.*)$")
 RATIOS = re.compile(r"carried (?P<low>[\d.]+×10\S+) to (?P<high>[\d.]+×10\S+) times")
