@@ -192,7 +192,10 @@ class PacedPeers:
 
 
 def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path: Path) -> None:
-    rounds = 70  # the joiner starts at round 10 and takes 15-20 s (some 20 rounds) to join
+    # The joiner starts as soon as the killed peer is back, since starting a process (imports,
+    # daemon) takes 5-20 s on a loaded 2-core machine and joining some more: a run of 100 paced
+    # rounds (25 s at the least) leaves it time to catch up before the end.
+    rounds = 100
     config_file = write_config(tmp_path / "run.yaml", data_dir, clients=6, rounds=rounds)
     root = tmp_path / "out"
     with PacedPeers(config_file, "churn", root) as peers:
@@ -200,7 +203,7 @@ def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path:
             peers.start(k)
         killed_at = peers.kill_at(3, 5)
         peers.start(3)
-        wait_until(lambda: peers.round(0) >= 10, 180, "round 10")
+        joiner_started_at = peers.round(0)
         peers.start(6)
         peers.finish()
     dirs = [peers.dir(k) for k in range(7)]
@@ -218,7 +221,7 @@ def test_a_killed_peer_restarts_and_a_late_joiner_catches_up(data_dir, tmp_path:
     # the joiner took part from the step its sponsor's message announced, and not before
     first_step = json.loads((dirs[0] / "state" / "members.json").read_text())["6"]["first_step"]
     print(f"the joiner took part from step {first_step} of {rounds}")
-    assert first_step >= 10
+    assert first_step > joiner_started_at > 0
     assert {m.step for m in logs[0] if m.origin == 6} == set(range(first_step, rounds))
     origins_per_step = [sorted(m.origin for m in logs[0] if m.step == t) for t in range(rounds)]
     assert origins_per_step[0] == list(range(6)) and origins_per_step[-1] == list(range(7))

@@ -3,6 +3,7 @@ that is gone is reported as such, and malformed frames are refused with the reas
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import threading
 import time
@@ -85,6 +86,20 @@ def test_a_peer_that_is_gone_is_reported_not_raised(links) -> None:
     a.timeout = 1.0
     assert a.push({gone: b"x", b.peer_id: Frame({}).encode()}) == {b.peer_id}
     assert a.request(gone, SYNC_PROTOCOL, Frame({}).encode()) is None
+
+
+def test_stopping_the_loop_thread_finishes_what_was_left_on_it() -> None:
+    """hivemind's control client cancels its tasks without awaiting them: stop must finish what
+    is left and close the loop, or the tasks die noisily whenever the loop is collected."""
+    runner = EventLoopThread()
+
+    async def wait_on_a_queue() -> asyncio.Future:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        return asyncio.ensure_future(queue.get())
+
+    left = runner.run(wait_on_a_queue())
+    runner.stop()
+    assert runner.loop.is_closed() and left.cancelled()
 
 
 def test_fault_settings_parse_and_bad_ones_are_named() -> None:

@@ -162,8 +162,26 @@ class EventLoopThread:
         return future.result(timeout)
 
     def stop(self) -> None:
+        """Stop the loop, then finish the tasks left on it and close it.
+
+        hivemind's control client cancels its tasks without awaiting them; left pending on a
+        loop that is collected later, they die at garbage collection with "Event loop is
+        closed", in whatever code happens to run then.
+        """
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            return  # a callback still holds the loop: closing it under that thread would break it
+
+        async def cancel_what_is_left() -> None:
+            left = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            await self.loop.shutdown_asyncgens()
+
+        self.loop.run_until_complete(cancel_what_is_left())
+        self.loop.close()
 
 
 @dataclass
