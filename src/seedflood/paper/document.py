@@ -27,6 +27,7 @@ from seedflood.paper.bench import (
     rel,
 )
 from seedflood.paper.clients import client_table
+from seedflood.paper.decisive import HOPS_CLAIM, HOPS_PAIRS, SUBCGE_CLAIM, SUBCGE_PAIRS
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.gwtf import flow_section, links_section, pipeline_section, recovery_section
@@ -445,9 +446,11 @@ def write_paper_results(root: Path, out: Path) -> Path:
         *_scaling_section(root, out),
         *at_length(root, "scaling-sst2-long.yaml", "results/paper-scaling-long"),
         *_subcge_section(root, out),
-        *at_length(root, "subcge-long.yaml", "results/paper-subcge-long"),
+        *at_length(
+            root, "subcge-long.yaml", "results/paper-subcge-long", SUBCGE_PAIRS, SUBCGE_CLAIM
+        ),
         *_hops_section(root),
-        *at_length(root, "hops-long.yaml", "results/paper-hops-long"),
+        *at_length(root, "hops-long.yaml", "results/paper-hops-long", HOPS_PAIRS, HOPS_CLAIM),
         *apply_cost_section(root, out),
         *pipeline_section(root, out),
         *links_section(root, out),

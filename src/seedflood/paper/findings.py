@@ -27,6 +27,11 @@ CLAIMS = (  # (section heading, the paper's claim as its notes state it)
     ("## 6d.", "GWTF recovers a crash mid-backward without costly recomputation"),
 )
 VERDICT = re.compile(r"^\*\*Verdict: (?P<word>[^*]+?)\.?\*\*(?P<rest>.*)$")
+# a short grid's verdict gives way to its grid's at the papers' horizon once that one is decided
+HORIZON_VERDICT = re.compile(
+    r"^\*\*Verdict at the papers' horizon: (?P<word>[^*]+?)\.?\*\*(?P<rest>.*)$"
+)
+UNDECIDED = "not yet decided"
 RATIOS = re.compile(r"carried (?P<low>[\d.]+×10\S+) to (?P<high>[\d.]+×10\S+) times")
 SUPERSCRIPTS = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
 LONGEST = 320  # characters of a finding kept in the table; the section has the rest
@@ -48,15 +53,24 @@ def _finding(rest: str) -> str:
 
 
 def _section_verdicts(lines: list[str]) -> dict[str, tuple[str, str]]:
-    """Each section heading's first verdict: its word and its first statement."""
+    """Each section heading's verdict, its word and its first statement: the first at the
+    papers' horizon that is decided, else the section's first."""
     found: dict[str, tuple[str, str]] = {}
+    at_horizon: dict[str, tuple[str, str]] = {}
     heading = ""
     for line in lines:
         if line.startswith("## "):
             heading = line
         elif heading not in found and (match := VERDICT.match(line)):
             found[heading] = (match["word"], _finding(match["rest"]))
-    return found
+        elif (
+            heading not in at_horizon
+            and (match := HORIZON_VERDICT.match(line))
+            and match["word"] != UNDECIDED
+        ):
+            finding = _finding(match["rest"])
+            at_horizon[heading] = (match["word"], f"at the papers' horizon: {finding}")
+    return found | at_horizon
 
 
 def consensus(root: Path) -> tuple[str, str] | None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
+from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
 from seedflood.paper.verdicts import against, percent_interval
@@ -97,10 +99,22 @@ def _full_training_sets(root: Path) -> list[str]:
     return lines
 
 
-def at_length(root: Path, grid: str, out: str) -> list[str]:
+def at_length(
+    root: Path, grid: str, out: str, pairs: Sequence[Pair] = (), claim: str = ""
+) -> list[str]:
     """A short grid's section closes with its grid at the papers' horizon (configs/paper/*-long):
-    the runs made so far, apart from the short grid's, or the command that makes them."""
-    return [f"### At the papers' horizon: configs/paper/{grid}", "", *_grid_state(root, grid, out)]
+    the runs made so far, apart from the short grid's, or the command that makes them; with
+    ``pairs``, the decisive cells read seed by seed and a verdict on ``claim``."""
+    heading = [f"### At the papers' horizon: configs/paper/{grid}", ""]
+    runs = present_runs(root / out)
+    if not runs or not pairs:
+        return [*heading, *_grid_state(root, grid, out)]
+    return [
+        *heading,
+        *_runs_table(runs, root),
+        *decisive_lines(runs, pairs, claim),
+        *unfinished(root, grid, out),
+    ]
 
 
 def _grid_state(root: Path, grid: str, out: str) -> list[str]:

@@ -1,0 +1,70 @@
+"""The SubCGE and hops grids at the papers' horizon: decisive cells read seed by seed, a verdict
+only once every seed ran, and "What we found" taking that verdict over the short grid's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seedflood.paper.document import write_paper_results
+from tests.paper.fabricate import write_run
+
+NEVER, LONG = 1000, 300
+
+
+def write_subcge(root: Path, cells: dict[tuple[int, int], tuple[float, ...]]) -> None:
+    for (rank, refresh), accuracies in cells.items():
+        for seed, accuracy in enumerate(accuracies):
+            name = f"cell_rank-{rank}_refresh-{refresh}_seed-{seed}"
+            write_run(root, "paper-subcge-long", name, accuracy, rank=rank, refresh=refresh,
+                      seed=seed, rounds=LONG)  # fmt: skip
+
+
+def found_row(text: str, section: str) -> str:
+    found = text[text.index("## What we found") : text.index("## 1. Main")]
+    return next(line for line in found.splitlines() if f"(§{section})" in line)
+
+
+def test_subcge_at_length_reads_each_pair_on_shared_seeds(root: Path) -> None:
+    # rank 16 loses 6, 5 and 7 points on its seeds; T = 3 moves by +2, -1 and +1
+    write_subcge(
+        root,
+        {
+            (32, NEVER): (0.80, 0.82, 0.78),
+            (16, NEVER): (0.74, 0.77, 0.71),
+            (32, 3): (0.82, 0.81, 0.79),
+        },
+    )
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    subcge = text[text.index("## 3.") : text.index("## 4.")]
+    # -0.06 ± t(0.975, 2) 4.303 × 0.01 / √3; +0.0067 ± 4.303 × 0.01528 / √3
+    assert "| rank 16 against rank 32, T never | 3 | 74.0 | 80.0 | -6.0 ± 2.5 | hurts |" in subcge
+    assert "| T = 3 steps (1%) against T never, rank 32 | 3 | 80.7 | 80.0 | +0.7 ± 3.8 " in subcge
+    assert "| not told apart |" in subcge
+    assert "**Verdict at the papers' horizon: partly** (the paper's rank below 32" in subcge
+    row = found_row(text, "3")
+    assert "| partly | at the papers' horizon: rank 16 against rank 32, T never -6.0 ± 2.5" in row
+
+
+def test_a_horizon_grid_without_all_its_seeds_leaves_the_short_verdict(root: Path) -> None:
+    write_subcge(root, {(32, NEVER): (0.80, 0.82), (16, NEVER): (0.74, 0.77)})
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert "| rank 16 against rank 32, T never | 2 | 75.5 | 81.0 | -5.5 ± 6.4 | not told" in text
+    assert "| T = 3 steps (1%) against T never, rank 32 | 0 | – | – | – | not yet run |" in text
+    assert "**Verdict at the papers' horizon: not yet decided**" in text
+    assert "T = 3 steps (1%) against T never, rank 32: not yet run." in text
+    assert "| not yet run |" in found_row(text, "3")  # the short grid never ran here
+
+
+def test_hops_at_length_decides_the_k_2_claim(root: Path) -> None:
+    for seed, (two, diameter) in enumerate(((0.70, 0.80), (0.72, 0.79), (0.69, 0.81))):
+        for hops, accuracy in ((2, two), (None, diameter)):
+            name = f"hops-{hops or 'diameter'}_seed-{seed}"
+            write_run(root, "paper-hops-long", name, accuracy, clients=64, hops=hops, seed=seed,
+                      rounds=LONG)  # fmt: skip
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    hops = text[text.index("## 4.") : text.index("## 5.")]
+    assert "| k = 2 against k = diameter | 3 | 70.3 | 80.0 | -9.7 " in hops
+    assert "**Verdict at the papers' horizon: reproduced** (the paper's k = 2 hurts:" in hops
+    assert "| reproduced | at the papers' horizon: k = 2 against k = diameter -9.7" in found_row(
+        text, "4"
+    )
