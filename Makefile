@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The inner loop: all but the tests marked slow (the real model, real processes, long runs).
+# The inner loop, under 3 minutes: all but the tests marked slow (each over about 3 s here).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

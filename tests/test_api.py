@@ -32,6 +32,7 @@ def without_timings(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in TIMINGS}
 
 
+@pytest.mark.slow
 def test_train_returns_the_model_and_equals_the_command_line(
     data_dir: Path, tmp_path: Path, one_thread, capfd
 ) -> None:
@@ -55,6 +56,7 @@ def test_train_returns_the_model_and_equals_the_command_line(
     )
 
 
+@pytest.mark.slow
 def test_replay_and_compare(data_dir: Path, tmp_path: Path, one_thread) -> None:
     config = seedflood.RunConfig(**TINY, data_dir=str(data_dir))
     trained = seedflood.train(config, tmp_path / "run", quiet=True)

@@ -39,6 +39,7 @@ def ring_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return out, json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_ring_run_reaches_exact_consensus(ring_run: tuple[Path, dict]) -> None:
     _, results = ring_run
     assert results["consensus_distance"] == 0.0

@@ -144,6 +144,7 @@ def write(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_quickstart(data_dir, tmp_path, one_thread, golden) -> None:
     measured = simulated(
         Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml",
@@ -158,6 +159,7 @@ def test_quickstart(data_dir, tmp_path, one_thread, golden) -> None:
 
 
 @pytest.mark.parametrize("variant", sorted(GOSSIP))
+@pytest.mark.slow
 def test_gossip_baselines(variant, data_dir, tmp_path, one_thread, golden) -> None:
     config = write(tmp_path / "run.yaml", {**SMALL, **GOSSIP[variant], "data_dir": str(data_dir)})
     check(golden, variant, simulated(config, tmp_path / "out"))
@@ -188,6 +190,7 @@ def test_four_real_peers(data_dir, tmp_path, golden) -> None:
 
 
 @pytest.mark.parametrize("router", ["gwtf", "swarm"])
+@pytest.mark.slow
 def test_pipeline(router, data_dir, tmp_path, monkeypatch, one_thread, golden) -> None:
     monkeypatch.setenv("SEEDFLOOD_DATA_DIR", str(data_dir))  # the stages train on its sentences
     scenario = random_scenario(0, stages=2, relays_per_stage=3, holders=1, microbatches=4)

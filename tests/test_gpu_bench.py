@@ -14,6 +14,7 @@ import pytest
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu.py"
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_writes_every_row_with_a_positive_ratio(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -167,6 +167,7 @@ def test_report_without_a_scaling_grid_skips_that_plot(tmp_path: Path) -> None:
         write_report([tmp_path / "out"], tmp_path / "elsewhere")
 
 
+@pytest.mark.slow
 def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
     data = tmp_path / "data" / "sst2"
     data.mkdir(parents=True)
@@ -243,6 +244,7 @@ def test_shipped_grids_are_valid(path: Path) -> None:
     assert runs and all(r.config.model == "smollm2-135m" for r in runs)
 
 
+@pytest.mark.slow
 def test_a_run_finished_by_another_process_while_this_one_waited_is_not_redone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,7 @@ def run_tiny(rows: list[dict], config: dict) -> dict:
 
 
 @pytest.mark.parametrize("example", [0, 1], ids=["classification", "instruction"])
+@pytest.mark.slow
 def test_the_readme_examples_train_and_export(
     example: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread
 ) -> None:

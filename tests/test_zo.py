@@ -145,6 +145,7 @@ def test_subcge_merged_apply_matches_scatter_apply() -> None:
     assert not torch.equal(scattered.layers[0].weight, Blocks().layers[0].weight)
 
 
+@pytest.mark.slow
 def test_subcge_direction_second_moment_is_the_subspace_projector() -> None:
     """E[u uᵀ] = I_m ⊗ V Vᵀ per matrix, checked by Monte Carlo with a fixed seed."""
     matrix = nn.Parameter(torch.zeros(3, 6))

@@ -67,6 +67,7 @@ def make_gossip(
     )
 
 
+@pytest.mark.slow
 def test_dsgd_on_a_complete_graph_is_centralized_sgd_on_the_average(tiny) -> None:
     topology = make_topology("complete", 4)
     gossip = make_gossip(tiny, topology)
@@ -116,6 +117,7 @@ def test_choco_top_k_sends_k_values_and_indices(tiny) -> None:
     assert all(0 < int(c) <= k for c in changed)
 
 
+@pytest.mark.slow
 def test_dzsgd_sends_every_parameter_in_fp32(tiny) -> None:
     topology = make_topology("ring", 5)
     dzsgd = make_gossip(tiny, topology, estimator="zo", lr=1e-3)

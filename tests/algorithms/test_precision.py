@@ -35,6 +35,7 @@ def tiny():
     return load_model("tiny", seed=0)
 
 
+@pytest.mark.slow
 def test_bf16_clients_compute_alike_and_end_bit_identical(tiny, one_thread) -> None:
     """Each per-client copy runs its own bf16 forwards on its own model; the shared-state
     simulator must hold every one of those models bit for bit, in flight and once flooded."""

@@ -140,6 +140,7 @@ def test_hops_equal_to_diameter_keep_every_client_bit_identical(tiny, name: str)
     assert not same(initial, parameters(sim.model))
 
 
+@pytest.mark.slow
 def test_full_flooding_trains_the_same_model_on_every_topology(tiny) -> None:
     """With hops = diameter every client applies every message within its round, so the graph
     changes what the edges carry and never the weights: SeedFlood's ring and meshgrid cells of
@@ -156,6 +157,7 @@ def test_full_flooding_trains_the_same_model_on_every_topology(tiny) -> None:
     assert not same(final["ring"], parameters(tiny[0]))
 
 
+@pytest.mark.slow
 def test_delayed_flooding_matches_per_client_copies_bit_for_bit(tiny) -> None:
     topology = make_topology("ring", 8)
     sim = make_seedflood(tiny, topology, hops=1, local_steps=2)
@@ -175,6 +177,7 @@ def test_delayed_flooding_matches_per_client_copies_bit_for_bit(tiny) -> None:
     assert sim.committed_step == 2 * (5 - 4 + 1) - 1
 
 
+@pytest.mark.slow
 def test_global_view_is_the_mean_of_client_models(tiny) -> None:
     sim = make_seedflood(tiny, make_topology("ring", 6), hops=1)
     for round_index in range(2):
@@ -206,6 +209,7 @@ def test_global_view_is_the_mean_of_client_models(tiny) -> None:
     assert sim.consensus_distance() == pytest.approx(spread, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_every_client_applies_the_scalar_the_codec_carries(tiny) -> None:
     """A bf16 run equals per-client copies that only ever see decoded packets."""
     topology = make_topology("ring", 4)
@@ -243,6 +247,7 @@ NEEDS_CUDA = pytest.mark.skipif(
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
 @pytest.mark.parametrize("hops", [1, 3])
+@pytest.mark.slow
 def test_batched_estimates_on_a_device_match_one_by_one_and_repeat_bit_for_bit(
     tiny, device: str, hops: int
 ) -> None:

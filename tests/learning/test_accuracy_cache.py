@@ -72,6 +72,7 @@ def test_an_unreadable_entry_is_scored_again(tiny, counted, tmp_path: Path) -> N
     assert len(counted) == 2
 
 
+@pytest.mark.slow
 def test_runs_sharing_a_start_and_test_set_score_it_once(
     data_dir: Path, tmp_path: Path, counted: list[int]
 ) -> None:

@@ -24,6 +24,7 @@ def ids(tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     return [tokenizer(text).input_ids for text in SAMPLES]
 
 
+@pytest.mark.slow
 def test_tiny_reads_its_tokenizer_from_the_gguf_without_converting(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

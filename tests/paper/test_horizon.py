@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
 from seedflood.paper.verdicts import compare
 from tests.paper.fabricate import write_run
 
 
+@pytest.mark.slow
 def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path) -> None:
     """A 1,000-step seed in paper-main-sst2-long shares method, task, topology and seed with the
     short grid's runs: it gets its own table, stays out of the main table's mean and out of the

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from seedflood.peers.crypto import Context, SignedBatch, public_hex
@@ -150,6 +151,7 @@ def _equivocation(cluster: Cluster, quorums: dict[int, Quorum], key: Ed25519Priv
     return first, SignedBatch(EQUIVOCATOR, 1, negated).sign(key, context)
 
 
+@pytest.mark.slow
 def test_an_equivocator_is_removed_with_its_evidence_and_the_rest_agree(
     tiny,  # noqa: F811
     tmp_path: Path,

@@ -63,6 +63,7 @@ def run(tiny, tmp_path: Path) -> tuple[Cluster, list[str]]:
     return cluster_of(tiny, tmp_path, ROUNDS)
 
 
+@pytest.mark.slow
 def test_an_intact_snapshot_shortens_the_replay(run) -> None:
     cluster, hashes = run
     restarted = cluster.make(0)

@@ -85,6 +85,7 @@ class Cluster:
         return [state.state_hash() for state in self.states.values()]
 
 
+@pytest.mark.slow
 def test_peers_match_the_simulator_and_restart_from_their_logs(tiny, tmp_path: Path) -> None:
     topology = make_topology("ring", 4)
     sim = make_seedflood(tiny, topology, hops=topology.diameter, local_steps=2)
@@ -150,6 +151,7 @@ NEEDS_CUDA = pytest.mark.skipif(
         pytest.param("cuda", "bf16", marks=NEEDS_CUDA),
     ],
 )
+@pytest.mark.slow
 def test_peers_on_a_device_commit_the_simulators_model_there(
     device: str, dtype: str, data_dir: Path, tmp_path: Path, one_thread
 ) -> None:
@@ -385,6 +387,7 @@ def test_a_peer_floods_only_signed_batches_and_bans_whoever_delivers_a_forgery(
     ]
 
 
+@pytest.mark.slow
 def test_the_guard_stops_every_peer_at_the_same_step_as_the_simulator(tiny, tmp_path: Path) -> None:
     topology = make_topology("ring", 4)
     guard = {"factor": 8.0, "window": 100, "warmup": 5}

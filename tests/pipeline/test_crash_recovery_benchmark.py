@@ -24,6 +24,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_each_crash_reruns_only_its_stage_and_keeps_the_calm_result(
     script: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -221,6 +221,7 @@ def runs() -> list[Run]:
     return results
 
 
+@pytest.mark.slow
 def test_decentralized_routes_as_many_microbatches_as_the_optimum(runs: list[Run]) -> None:
     for run in runs:
         validate(run.scenario, run.solution)

@@ -39,6 +39,7 @@ def assert_settles_at_the_optimum(seed: int, stages: int, relays: int) -> None:
     assert solution.total_cost <= FACTOR * reference.total_cost
 
 
+@pytest.mark.slow
 def test_a_14_stage_pipeline_settles_at_the_optimum() -> None:
     """The shape of the run issue 34 traced, which reached the optimum only near 7,750 ticks."""
     assert_settles_at_the_optimum(seed=1, stages=14, relays=6)
@@ -107,6 +108,7 @@ def true_costs(flow: DecentralizedFlow, node: FlowNode, link: str) -> tuple[floa
     return prefix, suffix
 
 
+@pytest.mark.slow
 def test_frozen_nodes_weigh_their_moves_on_exact_costs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once every node is frozen, whenever one looks for a move, every unit it and its
     same-stage peers hold shows its path's true prefix and suffix, though moves keep

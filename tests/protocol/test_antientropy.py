@@ -32,6 +32,7 @@ digests = st.integers(0, 20).flatmap(
 
 @given(digests)
 @settings(max_examples=500)
+@pytest.mark.slow
 def test_digest_round_trips_exactly(digest: Digest) -> None:
     data = encode_digest(digest)
     assert decode_digest(data) == digest

@@ -98,6 +98,7 @@ def accuracy_of(config: RunConfig) -> tuple[float, int]:
     return evaluate(exp, exp.test)["accuracy"], exp.algorithm.describe().get("clipped_messages", 0)
 
 
+@pytest.mark.slow
 def test_clipping_stops_a_client_sending_ten_thousand_times_its_scalar(tmp_path: Path) -> None:
     """A 1,000-fold attacker cost 11 to over 20 points depending on the CPU's kernels (an Intel
     and an AMD machine with AVX-512); at 10,000-fold the undefended run falls to chance."""

@@ -123,12 +123,14 @@ def valid_packets(draw: st.DrawFn) -> bytes:
         st.binary(max_size=96).map(lambda rest: bytes([PROTOCOL_VERSION * 16]) + rest),
     )
 )
+@pytest.mark.slow
 def test_random_bytes_decode_or_raise_codec_errors(data: bytes) -> None:
     decode_checked(data)
 
 
 @settings(FUZZ, max_examples=3000)
 @given(data=structured_packets())
+@pytest.mark.slow
 def test_hostile_fields_decode_or_raise_codec_errors(data: bytes) -> None:
     # Traced per example, not per test: tracing hypothesis' own generation costs several times
     # more than starting and stopping around each decode.
@@ -141,6 +143,7 @@ def test_hostile_fields_decode_or_raise_codec_errors(data: bytes) -> None:
 
 @settings(FUZZ, max_examples=1000)
 @given(packet=valid_packets(), cut=st.integers(0, 10**6), extra=st.binary(max_size=12))
+@pytest.mark.slow
 def test_cut_or_extended_packets_are_refused(packet: bytes, cut: int, extra: bytes) -> None:
     """A packet cut anywhere or followed by anything is not a packet: the `last` bit and the
     trailing-bytes check leave no valid prefix or extension."""
@@ -164,6 +167,7 @@ def original_log(directory: Path) -> tuple[Path, list[Message]]:
     edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
     tail=st.one_of(st.just(b""), st.binary(max_size=24), st.integers(1, 64).map(bytes)),
 )
+@pytest.mark.slow
 def test_damaged_logs_read_back_a_prefix_or_refuse(
     tmp_path_factory: pytest.TempPathFactory, cut: int, edits: list[tuple[int, int]], tail: bytes
 ) -> None:
@@ -238,6 +242,7 @@ hostile_headers = st.sampled_from(
     ),
     cut=st.integers(0, 10**6),
 )
+@pytest.mark.slow
 def test_frames_decode_or_raise_transport_errors(data: bytes, cut: int) -> None:
     """Frame.decode on a peer's bytes: deep nesting, non-finite numbers, huge integers and lying
     length fields all end as TransportError; whatever decodes encodes back to the same bytes."""

@@ -68,6 +68,7 @@ def message_lists(draw: st.DrawFn, scalar_format: str) -> list[Message]:
 @pytest.mark.parametrize("scalar_format", SCALAR_FORMATS)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
+@pytest.mark.slow
 def test_round_trip_is_canonical(scalar_format: str, data: st.DataObject) -> None:
     messages = data.draw(message_lists(scalar_format))
     shuffled = data.draw(st.permutations(messages))

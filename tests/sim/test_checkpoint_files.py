@@ -145,6 +145,7 @@ def flip_a_tensor_bit(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["bit flip", "truncated"])
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_refused_before_it_touches_the_build(
     damage: str, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -177,6 +178,7 @@ def die_at(requested: tuple[int, str] | None, done: int, point: str) -> None:
         raise Killed
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_gives_way_to_the_ledger(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,6 +69,7 @@ SCHEDULED = ["method=seedflood", "lr_schedule=cosine", "warmup_ratio=0.3", "eps_
 @pytest.mark.parametrize(
     "variant", [["method=seedflood"], ["method=seedflood", "clip_multiple=3"], SCHEDULED]
 )
+@pytest.mark.slow
 def test_replay_of_a_simulated_run_ends_on_its_hash(
     variant, data_dir, tmp_path, one_thread
 ) -> None:
@@ -100,6 +101,7 @@ def test_a_ledger_that_does_not_match_is_refused_by_name(data_dir, tmp_path, one
     assert result.exit_code == 2 and "not found: a SeedFlood run directory" in output
 
 
+@pytest.mark.slow
 def test_evaluate_scores_the_export_as_the_run_did(data_dir, tmp_path, one_thread) -> None:
     results = run(config(data_dir), tmp_path)
     args = ["evaluate", str(tmp_path / "model"), "--task", "sst2"]
@@ -122,6 +124,7 @@ def test_gossip_runs_export_their_model_and_lora_its_adapter(
     assert not any("lora" in name for name, _ in merged.named_parameters())
 
 
+@pytest.mark.slow
 def test_a_rate_far_too_high_trips_the_guard_and_the_replay_agrees(
     data_dir, tmp_path, one_thread
 ) -> None:
@@ -139,6 +142,7 @@ def test_a_rate_far_too_high_trips_the_guard_and_the_replay_agrees(
     assert history[-1]["round"] == guard["step"] + 1
 
 
+@pytest.mark.slow
 def test_the_guard_is_on_by_default_and_quiet_on_a_sane_run(data_dir, tmp_path, one_thread) -> None:
     results = run(config(data_dir, "rounds=40", "eval_every=40", "guard_warmup=10"), tmp_path)
     assert results["guard"] == {"action": "none"} and results["committed_step"] == 39
@@ -209,6 +213,7 @@ def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thre
     assert (tmp_path / "cut" / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_run_in_progress_is_reported_with_its_curve(data_dir, tmp_path, one_thread) -> None:
     run(config(data_dir), tmp_path)
     (tmp_path / "results.json").unlink()  # as a run killed after its last evaluation leaves it

@@ -151,6 +151,7 @@ def test_killed_and_resumed_equals_uninterrupted(
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_config_naming_the_keys(data_dir: Path, tmp_path: Path) -> None:
     assert killed_run(data_dir, "seedflood", tmp_path, 4, "round") == 137
     other = config_of(data_dir, "seedflood", "lr=0.02", "eps=0.01")
@@ -163,6 +164,7 @@ def test_resume_refuses_another_config_naming_the_keys(data_dir: Path, tmp_path:
     assert (tmp_path / CHECKPOINT_NAME).is_file(), "a refused resume keeps the checkpoint"
 
 
+@pytest.mark.slow
 def test_resume_without_checkpoint_starts_from_scratch(
     data_dir: Path, tmp_path: Path, uninterrupted: dict[str, tuple[dict, list[dict]]]
 ) -> None:
@@ -181,6 +183,7 @@ def test_resume_without_checkpoint_starts_from_scratch(
     "failure",
     [OSError(28, "No space left on device"), RuntimeError("unexpected pos 57472 vs 57366")],
 )
+@pytest.mark.slow
 def test_a_checkpoint_that_cannot_be_written_leaves_the_run_going(
     data_dir: Path,
     tmp_path: Path,
@@ -236,6 +239,7 @@ def test_state_added_to_an_algorithm_is_saved_without_being_declared(
     assert fresh.run_round(1) == algorithm.run_round(1)
 
 
+@pytest.mark.slow
 def test_resuming_copies_the_saved_state_into_the_build_and_leaves_the_file_alone(
     data_dir: Path, tmp_path: Path
 ) -> None:
@@ -266,6 +270,7 @@ def test_resuming_copies_the_saved_state_into_the_build_and_leaves_the_file_alon
     not reset_peak_rss(),
     reason="this system cannot reset a process's peak memory (/proc/self/clear_refs)",
 )
+@pytest.mark.slow
 def test_a_run_reports_its_own_peak_memory_not_the_processs(data_dir: Path, tmp_path: Path) -> None:
     """``compare`` runs a grid in one process: a run's peak must not count what an earlier run
     (or a resume's read of its checkpoint) held."""

@@ -138,6 +138,7 @@ def test_a_run_started_afresh_replaces_the_old_event_files(data_dir: Path, tmp_p
     assert [step for step, _ in read_board(tmp_path)["validation/accuracy"]] == [0, 3]
 
 
+@pytest.mark.slow
 def test_report_plots_the_event_files(
     finished: tuple[RunConfig, Path, dict[str, Any]], tmp_path: Path
 ) -> None:
