@@ -1,12 +1,13 @@
-"""The SubCGE and hops grids at the papers' horizon: decisive cells read seed by seed, a verdict
-only once every seed ran, and "What we found" taking that verdict over the short grid's."""
+"""The scaling, SubCGE and hops grids at the papers' horizon: decisive cells read seed by seed, a
+verdict only once the grid is whole, and "What we found" taking it over the short grid's."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from seedflood.paper.document import write_paper_results
-from tests.paper.fabricate import write_run
+from tests.paper.fabricate import REPO, write_run
 
 NEVER, LONG = 1000, 300
 
@@ -68,3 +69,38 @@ def test_hops_at_length_decides_the_k_2_claim(root: Path) -> None:
     assert "| reproduced | at the papers' horizon: k = 2 against k = diameter -9.7" in found_row(
         text, "4"
     )
+
+
+def test_scaling_at_length_is_normalised_to_its_own_dsgd_and_judged_when_whole(root: Path) -> None:
+    write_run(root, "paper-scaling-long", "seedflood_seed-0_clients-16", 0.76, rounds=LONG)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    scaling = text[text.index("### At the papers' horizon: configs/paper/scaling-sst2-long") :]
+    assert "| seedflood | ring | 0 | 300 | 76.0 |" in scaling  # no DSGD yet: the runs, listed
+    for name, accuracy, clients in (
+        ("dsgd", 0.80, 16),
+        ("seedflood", 0.80, 128),
+        ("dsgd-lora", 0.70, 16),
+        ("dsgd-lora", 0.60, 128),
+    ):
+        write_run(root, "paper-scaling-long", f"{name}_seed-0_clients-{clients}", accuracy,
+                  clients=clients, rounds=6 if "dsgd" in name else LONG)  # fmt: skip
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    scaling = text[text.index("### At the papers' horizon: configs/paper/scaling-sst2-long") :]
+    # 0.76 / 0.80 and 0.80 / 0.80 for SeedFlood; 0.70 / 0.80 and 0.60 / 0.80 for DSGD-LoRA
+    assert (
+        "| seedflood | 95.0% | 100.0% |" in scaling and "| dsgd-lora | 87.5% | 75.0% |" in scaling
+    )
+    assert "**Verdict at the papers' horizon: reproduced** (a loss of more than 2 points" in scaling
+    assert (root / "docs" / "img" / "results_scaling_long.png").stat().st_size > 1000
+    assert "| reproduced | at the papers' horizon: SeedFlood 95.0% at 16" in found_row(text, "2")
+    # with its grid file present, the runs it lacks hold the verdict back (all 51: fabricated
+    # configs are not the grid's)
+    (root / "configs" / "paper").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")
+    shutil.copy(REPO / "configs" / "paper" / "scaling-sst2-long.yaml", root / "configs" / "paper")
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert (
+        "**Verdict at the papers' horizon: not yet decided** (it waits for the whole grid" in text
+    )
+    assert "Not yet run: 51 of the 51 runs of configs/paper/scaling-sst2-long.yaml" in text
+    assert "at the papers' horizon" not in found_row(text, "2")

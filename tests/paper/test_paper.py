@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from seedflood.grid import plan
-from seedflood.paper.document import device_note, portable_note, write_paper_results
+from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
+from seedflood.paper.setting import device_note, portable_note
 from seedflood.report import Run
 from tests.paper.fabricate import REPO, write_pipeline_runs, write_run
 

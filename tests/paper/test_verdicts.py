@@ -9,7 +9,7 @@ import pytest
 
 from seedflood.learning.scoring import TokenizedExample, majority_rate
 from seedflood.paper.bench import codec_bytes_per_edge, paper_convention
-from seedflood.paper.document import unlearned
+from seedflood.paper.scaling import unlearned
 from seedflood.paper.verdicts import (
     compare,
     interval,

@@ -10,8 +10,7 @@ clock or the order files were written, so regenerating from the same files gives
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -26,20 +25,19 @@ from seedflood.paper.bench import (
     pct,
     rel,
 )
-from seedflood.paper.clients import client_table
 from seedflood.paper.decisive import HOPS_CLAIM, HOPS_PAIRS, SUBCGE_CLAIM, SUBCGE_PAIRS
 from seedflood.paper.findings import what_we_found
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.gwtf import flow_section, links_section, pipeline_section, recovery_section
-from seedflood.paper.horizon import FULL_FIRST_ORDER, at_length, horizon_section
+from seedflood.paper.horizon import at_length, horizon_section
+from seedflood.paper.scaling import scaling_at_length, scaling_section
+from seedflood.paper.setting import seed_groups, setting_lines
 from seedflood.paper.tuning import tuning_section, untuned_methods
 from seedflood.paper.verdicts import (
     LEARNED,
-    learned,
     main_verdict,
     paired_deltas,
     percent_interval,
-    scaling_verdict,
     subcge_verdict,
 )
 from seedflood.report import (
@@ -47,7 +45,6 @@ from seedflood.report import (
     find_runs,
     format_bytes,
     mean_std,
-    plot_scaling,
     plot_series_log2,
     present_runs,
     summarize,
@@ -64,107 +61,13 @@ PAPER = {  # method → (accuracy as % of DSGD, total bytes per edge)
     "dzsgd": ("about 93.5% (−6.46%)", "not found"),
     "dzsgd-lora": ("about 91.8% (−8.25%)", "not found"),
 }  # the −x% figures: each method's gap to DSGD, as the paper's sources most likely mean them
-SETTING_KEYS = (
-    "model", "task", "clients", "topology", "rounds", "local_steps", "batch_size", "lr", "eps",
-    "direction", "rank", "refresh", "hops", "n_train", "n_test",
-)  # fmt: skip
 TEST_EXAMPLES = 500  # the grids' n_test
 HOPS_TOLERANCE = 0.02  # two points: about one standard error of 500 test examples at 70%
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = [f"| {' | '.join(header)} |", "|---" * len(header) + "|"]
-    return [*lines, *(f"| {' | '.join(str(v) for v in row)} |" for row in rows), ""]
 
 
 def _source_line(groups: dict[Any, list[Run]], root: Path) -> list[str]:
     members = sorted(rel(m.directory / "results.json", root) for g in groups.values() for m in g)
     return ["Sources: " + ", ".join(f"`{s}`" for s in members), ""]
-
-
-def _value(value: Any) -> str:
-    return "diameter" if value is None else str(value)
-
-
-def _natural(value: str) -> tuple[int, str]:
-    return len(value), value
-
-
-def _setting(runs: list[Run], root: Path) -> list[str]:
-    """The stored configs' values: shared ones in a sentence, the rest per run label."""
-    configs = sorted((r.results["config"] for r in runs), key=lambda c: c.get("label", ""))
-    varying = [k for k in SETTING_KEYS if len({_value(c.get(k)) for c in configs}) > 1]
-    shared = [f"{k} {_value(configs[0].get(k))}" for k in SETTING_KEYS if k not in varying]
-    seeds = sorted({c["seed"] for c in configs})
-    lines = [f"Setting (the runs' stored configs): {', '.join(shared)}; seeds {seeds}.", ""]
-    by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for config in configs:
-        by_label[config.get("label", "")].append(config)
-    if varying:
-        lines += _table(
-            ["run", *varying],
-            [
-                [label]
-                + ["/".join(sorted({_value(c.get(k)) for c in cs}, key=_natural)) for k in varying]
-                for label, cs in sorted(by_label.items())
-            ],
-        )
-    notes = sorted({portable_note(n) for r in runs for n in r.results.get("data_notes", [])})
-    lines += [f"Data note: {note}" for note in notes] + ([""] if notes else [])
-    return lines + device_note(runs)
-
-
-def portable_note(note: str) -> str:
-    """A data note with its data directory as the variable that sets it: machines that read the
-    same files from different places (a GPU machine's copy) then give one note, not two."""
-    return re.sub(
-        r"from \S+?/((?:superglue/\w+|sst2)/[\w.]+\.jsonl)", r"from $SEEDFLOOD_DATA_DIR/\1", note
-    )
-
-
-def device_note(runs: list[Run]) -> list[str]:
-    """Which runs computed off the CPU ($SEEDFLOOD_DEVICE): the same experiment to rounding, but
-    their wall times are another machine's. Full-parameter first-order gossip runs made there are
-    named as suspect (docs/performance.md: on GPUs their clients ended far closer together than on
-    the CPU, and long runs fell to a loss of exactly ln 2 where the CPU's trained)."""
-    elsewhere: dict[str, Counter[str]] = defaultdict(Counter)
-    suspect = []
-    for run in runs:
-        device = run.results.get("device", "cpu")
-        if device != "cpu":
-            elsewhere[device][run.results["config"]["task"]] += 1
-            config = run.results["config"]
-            if config.get("method") in FULL_FIRST_ORDER and not config.get("lora"):
-                suspect.append(run.directory.name)
-    if not elsewhere:
-        return []
-    parts = [
-        f"{sum(counts.values())} on {device} ("
-        + ", ".join(f"{task} {n}" for task, n in sorted(counts.items()))
-        + ")"
-        for device, counts in sorted(elsewhere.items())
-    ]
-    caution = (
-        f" Suspect: the {len(suspect)} full-parameter DSGD and ChocoSGD runs among them "
-        f"({', '.join(sorted(suspect))}). On the GPUs DSGD's clients ended far closer together "
-        "than on the CPU, and longer first-order runs fell to a loss of exactly ln 2 where the "
-        "CPU's trained; the cause is not yet confirmed (docs/performance.md)."
-        if suspect
-        else ""
-    )
-    return [
-        f"Device: every run on the CPU but {'; '.join(parts)}. A GPU run draws the same batches, "
-        "directions and adapters (seedflood.sim.devices) and differs only in rounding; its wall "
-        f"time is the GPU's.{caution}",
-        "",
-    ]
-
-
-def _groups(runs: list[Run]) -> dict[tuple[str, str, str, int], list[Run]]:
-    groups: dict[tuple[str, str, str, int], list[Run]] = defaultdict(list)
-    for run in runs:
-        groups[run.group].append(run)
-    return groups
 
 
 def _sources(members: list[Run], root: Path) -> str:
@@ -196,13 +99,13 @@ def _main_section(root: Path, out: Path) -> list[str]:
             *tuning_section(root, []),
         ]
     runs = [run for d in directories for run in find_runs([d])]
-    rows, groups = summarize(runs), _groups(runs)
+    rows, groups = summarize(runs), seed_groups(runs)
     dsgd = {
         (r["task"], r["topology"], r["clients"]): r["accuracy"]
         for r in rows
         if r["method"] == "dsgd"
     }
-    lines += _setting(runs, root)
+    lines += setting_lines(runs, root)
     lines += tuning_section(root, [] if fallback else runs)
     lines += [
         "Accuracy: test accuracy of the average model (the paper's GMP), mean over seeds ± the "
@@ -254,78 +157,6 @@ def _main_section(root: Path, out: Path) -> list[str]:
     return lines + bytes_section(root)
 
 
-def _scaling_section(root: Path, out: Path) -> list[str]:
-    lines = ["## 2. Scaling: 16 to 128 clients, normalised to DSGD@16", ""]
-    runs = present_runs(root / "results" / "paper-scaling")
-    if not runs:
-        return lines + not_yet_run("scaling-sst2.yaml", "results/paper-scaling")
-    rows, groups = summarize(runs), _groups(runs)
-    dsgd = [r for r in rows if r["method"] == "dsgd"]
-    lines += _setting(runs, root)
-    if not dsgd:
-        return [*lines, "**Verdict: not yet run.** No DSGD run to normalise to.", ""]
-    smallest = min(dsgd, key=lambda r: r["clients"])
-    reference = _dsgd_reference(runs, smallest["clients"], root)
-    sizes = sorted({r["clients"] for r in rows})
-    lines += [
-        f"Accuracy as % of DSGD at {smallest['clients']} clients: the mean of every seed run in "
-        f"this setting, {pct(reference['accuracy'])}% ({reference['said']}); paper: SeedFlood "
-        "100.2% at 128 on a ring (OPT-125M).",
-        "",
-        f"| method | {' | '.join(str(n) for n in sizes)} |",
-        "|---" * (len(sizes) + 1) + "|",
-    ]
-    normalised: dict[str, dict[int, float]] = defaultdict(dict)
-    for r in rows:
-        normalised[r["method"]][r["clients"]] = r["accuracy"] / reference["accuracy"]
-    for method, by_size in sorted(normalised.items()):
-        values = [f"{pct(by_size[n])}%" if n in by_size else "–" for n in sizes]
-        lines.append(f"| {method} | {' | '.join(values)} |")
-    lines += client_table(runs, sizes)
-    image = out.parent / "img" / "results_scaling.png"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    if plot_scaling(rows, image):
-        lines += ["", f"![accuracy normalised to DSGD@16]({link(image, out)})"]
-    sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
-    lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
-    rounds = {r.results["method"]: r.results["rounds"] for r in runs}
-    lines.append(scaling_verdict(normalised, rounds, unlearned(runs)))
-    return [*lines, "", *unfinished(root, "scaling-sst2.yaml", "results/paper-scaling")]
-
-
-def _dsgd_reference(runs: list[Run], clients: int, root: Path) -> dict[str, Any]:
-    """DSGD at ``clients`` clients, averaged over every seed run in the scaling setting: this
-    grid's own runs and the SST-2 main grid's with the same config but the seed. One seed
-    chosen alone can be the best of three (78.6% against a mean of 72.7% here)."""
-
-    def setting(run: Run) -> tuple[Any, ...]:
-        config = run.results["config"]
-        return tuple(_value(config.get(k)) for k in SETTING_KEYS)
-
-    def dsgd(found: list[Run]) -> list[Run]:
-        return [r for r in found if r.results["method"] == "dsgd"]
-
-    own = [r for r in dsgd(runs) if r.results["clients"] == clients]
-    wanted = {setting(r) for r in own}
-    main = dsgd(present_runs(root / "results" / "paper-main-sst2"))
-    by_seed = {r.results["config"]["seed"]: r for r in main if setting(r) in wanted}
-    by_seed |= {r.results["config"]["seed"]: r for r in own}
-    values = [by_seed[seed].results["accuracy"] for seed in sorted(by_seed)]
-    said = f"seeds {sorted(by_seed)}: " + ", ".join(f"{pct(v)}%" for v in values)
-    return {"accuracy": fmean(values), "said": said}
-
-
-def unlearned(runs: list[Run]) -> list[str]:
-    """Methods whose every run ended less than LEARNED above its floor (``Run.floor``)."""
-    learned_by_method: dict[str, list[bool]] = defaultdict(list)
-    for run in runs:
-        if run.results.get("zero_shot_accuracy") is not None:
-            learned_by_method[run.results["method"]].append(
-                learned(run.results["accuracy"], run.floor)
-            )
-    return sorted(m for m, flags in learned_by_method.items() if not any(flags))
-
-
 def _by_config(runs: list[Run], *keys: str) -> dict[tuple[Any, ...], list[Run]]:
     groups: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for run in runs:
@@ -347,7 +178,7 @@ def _subcge_section(root: Path, out: Path) -> list[str]:
     cells = {key: percent_interval([m.results["accuracy"] for m in g]) for key, g in groups.items()}
     ranks, refreshes = sorted({k[0] for k in groups}), sorted({k[1] for k in groups})
     steps = runs[0].results["steps"]
-    lines += _setting(runs, root)
+    lines += setting_lines(runs, root)
     lines += [
         "Test accuracy (%), mean ± the half-width of its 95% confidence interval where a cell "
         f"has several seeds; refresh in steps of a {steps}-step run (the paper's sources give T "
@@ -383,7 +214,7 @@ def _hops_section(root: Path) -> list[str]:
         full = run.results["config"].get("hops") in (None, run.results["diameter"])
         groups["diameter" if full else str(run.results["config"]["hops"])].append(run)
     accuracy = {k: mean_std([m.results["accuracy"] for m in g])[0] for k, g in groups.items()}
-    lines += _setting(runs, root)
+    lines += setting_lines(runs, root)
     reference = accuracy.get("diameter")
     delta = paired_deltas(
         {
@@ -443,8 +274,8 @@ def write_paper_results(root: Path, out: Path) -> Path:
     sections = [
         *_main_section(root, out),
         *horizon_section(root, out),
-        *_scaling_section(root, out),
-        *at_length(root, "scaling-sst2-long.yaml", "results/paper-scaling-long"),
+        *scaling_section(root, out),
+        *scaling_at_length(root, out),
         *_subcge_section(root, out),
         *at_length(
             root, "subcge-long.yaml", "results/paper-subcge-long", SUBCGE_PAIRS, SUBCGE_CLAIM
