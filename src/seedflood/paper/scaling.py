@@ -12,7 +12,7 @@ from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.clients import client_table
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.horizon import at_length
-from seedflood.paper.setting import SETTING_KEYS, seed_groups, setting_lines, value
+from seedflood.paper.setting import SETTING_KEYS, config_text, seed_groups, setting_lines
 from seedflood.paper.verdicts import learned, scaling_verdict
 from seedflood.report import Run, plot_scaling, present_runs, summarize
 
@@ -93,7 +93,7 @@ def dsgd_reference(runs: list[Run], clients: int, root: Path) -> dict[str, Any]:
 
     def setting(run: Run) -> tuple[Any, ...]:
         config = run.results["config"]
-        return tuple(value(config.get(k)) for k in SETTING_KEYS)
+        return tuple(config_text(config.get(k)) for k in SETTING_KEYS)
 
     def dsgd(found: list[Run]) -> list[Run]:
         return [r for r in found if r.results["method"] == "dsgd"]

@@ -23,19 +23,21 @@ def table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return [*lines, *(f"| {' | '.join(str(v) for v in row)} |" for row in rows), ""]
 
 
-def value(value: Any) -> str:
+def config_text(value: Any) -> str:
+    """A config value as the document shows it: hops None is the diameter."""
     return "diameter" if value is None else str(value)
 
 
 def natural(value: str) -> tuple[int, str]:
+    """A sort key that puts 16 before 128."""
     return len(value), value
 
 
 def setting_lines(runs: list[Run], root: Path) -> list[str]:
     """The stored configs' values: shared ones in a sentence, the rest per run label."""
     configs = sorted((r.results["config"] for r in runs), key=lambda c: c.get("label", ""))
-    varying = [k for k in SETTING_KEYS if len({value(c.get(k)) for c in configs}) > 1]
-    shared = [f"{k} {value(configs[0].get(k))}" for k in SETTING_KEYS if k not in varying]
+    varying = [k for k in SETTING_KEYS if len({config_text(c.get(k)) for c in configs}) > 1]
+    shared = [f"{k} {config_text(configs[0].get(k))}" for k in SETTING_KEYS if k not in varying]
     seeds = sorted({c["seed"] for c in configs})
     lines = [f"Setting (the runs' stored configs): {', '.join(shared)}; seeds {seeds}.", ""]
     by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -46,7 +48,10 @@ def setting_lines(runs: list[Run], root: Path) -> list[str]:
             ["run", *varying],
             [
                 [label]
-                + ["/".join(sorted({value(c.get(k)) for c in cs}, key=natural)) for k in varying]
+                + [
+                    "/".join(sorted({config_text(c.get(k)) for c in cs}, key=natural))
+                    for k in varying
+                ]
                 for label, cs in sorted(by_label.items())
             ],
         )
