@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from seedflood.cli import app
 from seedflood.config import ConfigError
 from seedflood.files import atomic_write_json, atomic_write_jsonl
-from seedflood.grid import LOCK_NAME, claimed, data_identity, plan
+from seedflood.grid import LOCK_NAME, claimed, data_identity, parse_where, plan
 from seedflood.report import find_runs, head_to_head, summarize, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -311,3 +311,51 @@ def test_a_run_made_on_other_data_is_not_done(tmp_path: Path) -> None:
     assert not run.is_done(out)
     atomic_write_json(run.directory(out) / "results.json", results)
     assert run.is_done(out)
+
+
+def test_where_narrows_to_config_values_under_the_grids_own_names(tmp_path: Path) -> None:
+    path = grid(
+        tmp_path,
+        "variants:\n  seedflood: {}\n  dsgd-lora: {method: dsgd, lora: true}\n"
+        "grid:\n  seed: [0, 1, 2]\n  clients: [16, 32]\n",
+    )
+    whole = {run.name: run for run in plan(path)}
+    narrowed = plan(path, ["seedflood"], parse_where(["seed=1,2", "clients=16"]))
+    assert [run.name for run in narrowed] == [
+        "seedflood_seed-1_clients-16",
+        "seedflood_seed-2_clients-16",
+    ]
+    assert all(run.config == whole[run.name].config for run in narrowed)
+    assert [run.name for run in plan(path, where={"lora": ["true"], "seed": ["0"]})] == [
+        "dsgd-lora_seed-0_clients-16",
+        "dsgd-lora_seed-0_clients-32",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "message"),
+    [
+        (["seed"], r"--where 'seed': expected KEY=VALUE"),
+        (["=1"], r"--where '=1': expected KEY=VALUE"),
+        (["seed="], r"--where 'seed=': expected KEY=VALUE"),
+        (["sede=1"], r"unknown config key\(s\) \['sede'\]; allowed: .*seed"),
+        (["seed=7"], r"matches no run of the grid; its runs take seed in \['0', '1'\]"),
+    ],
+)
+def test_a_bad_where_is_refused_naming_what_is_allowed(
+    tmp_path: Path, conditions: list[str], message: str
+) -> None:
+    path = grid(tmp_path, "grid:\n  seed: [0, 1]\n")
+    with pytest.raises(ConfigError, match=message):
+        plan(path, where=parse_where(conditions))
+
+
+def test_compare_refuses_a_bad_where_without_a_traceback(tmp_path: Path) -> None:
+    path = grid(tmp_path, "grid:\n  seed: [0, 1]\n")
+    result = CliRunner().invoke(
+        app, ["compare", str(path), "--out", str(tmp_path / "out"), "--where", "seed=5"]
+    )
+    assert result.exit_code != 0
+    assert "matches no run of the grid" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

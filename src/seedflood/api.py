@@ -115,16 +115,17 @@ def compare(
     out: str | Path | None = None,
     *,
     only: Sequence[str] = (),
+    where: Mapping[str, Sequence[str]] | None = None,
     quiet: bool = False,
 ) -> CompareResult:
     """Every run of a grid as `seedflood compare` makes them: finished runs are read, not rerun,
     and an interrupted one resumes from its checkpoint. Runs another process holds are left
-    out of ``runs``."""
+    out of ``runs``; ``only`` and ``where`` narrow the grid as `--only` and `--where` do."""
     from seedflood.sim.runner import run
 
     out_dir = Path(out) if out is not None else Path("results") / Path(grid_file).stem
     runs: dict[str, RunResult] = {}
-    for planned in plan(grid_file, only):
+    for planned in plan(grid_file, only, where):
         directory = planned.directory(out_dir)
         with claimed(directory) as holder:
             if holder is None and not planned.is_done(out_dir):

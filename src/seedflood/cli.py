@@ -274,15 +274,26 @@ def compare(
     only: Annotated[
         str | None, typer.Option(help="Comma-separated variants to run (default: all)")
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only runs whose config has KEY at one of the VALUEs: KEY=VALUE[,VALUE...]; "
+            "repeat it to narrow further (e.g. --where seed=1,2 --where clients=16)"
+        ),
+    ] = None,
 ) -> None:
     """Run every combination of a grid, skipping runs already finished, then write the report."""
-    from seedflood.grid import claimed, plan
+    from seedflood.grid import claimed, parse_where, plan
     from seedflood.report import write_report
     from seedflood.sim.checkpoint import CheckpointError
     from seedflood.sim.runner import run as run_simulation
 
     try:
-        runs = plan(grid_file, [v.strip() for v in only.split(",")] if only else ())
+        runs = plan(
+            grid_file,
+            [v.strip() for v in only.split(",")] if only else (),
+            parse_where(where or []),
+        )
     except ConfigError as error:
         raise _fail(error) from None
     out_dir = out or Path("results") / grid_file.stem

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,9 +184,15 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def plan(grid_file: str | Path, only: Sequence[str] = ()) -> list[PlannedRun]:
+def plan(
+    grid_file: str | Path,
+    only: Sequence[str] = (),
+    where: Mapping[str, Sequence[str]] | None = None,
+) -> list[PlannedRun]:
     """Every run of a grid file, validated, in a fixed order; with ``only``, the runs of those
-    variants (so one grid can be split between processes or machines that share its directory)."""
+    variants, and with ``where`` (config key → values as text), the runs whose config takes one
+    of the values at every key named: one grid can then be split between processes or machines
+    that share its directory, in the order the decisive cells need, under the grid's own names."""
     path = Path(grid_file)
     if not path.is_file():
         raise ConfigError(f"grid file not found: {path}")
@@ -228,4 +234,48 @@ def plan(grid_file: str | Path, only: Sequence[str] = ()) -> list[PlannedRun]:
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
         raise ConfigError("two runs of the grid share a name: variant names must be unique")
-    return runs
+    return _matching(runs, where or {})
+
+
+def _matching(runs: list[PlannedRun], where: Mapping[str, Sequence[str]]) -> list[PlannedRun]:
+    unknown = sorted(set(where) - set(RunConfig.model_fields))
+    if unknown:
+        raise ConfigError(
+            f"--where names unknown config key(s) {unknown}; allowed: "
+            f"{', '.join(sorted(RunConfig.model_fields))}"
+        )
+    chosen = [
+        run
+        for run in runs
+        if all(_as_text(getattr(run.config, key)) in values for key, values in where.items())
+    ]
+    if runs and not chosen:
+        present = {
+            key: sorted({_as_text(getattr(run.config, key)) for run in runs}) for key in where
+        }
+        raise ConfigError(
+            "--where matches no run of the grid; its runs take "
+            + "; ".join(f"{key} in {values}" for key, values in present.items())
+        )
+    return chosen
+
+
+def _as_text(value: Any) -> str:
+    """A config value as a user types it on the command line (`lora=true`, `seed=1`)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def parse_where(conditions: Sequence[str]) -> dict[str, list[str]]:
+    """``["seed=1,2", "clients=16"]`` → ``{"seed": ["1", "2"], "clients": ["16"]}``."""
+    where: dict[str, list[str]] = {}
+    for condition in conditions:
+        key, equals, values = condition.partition("=")
+        chosen = [value.strip() for value in values.split(",") if value.strip()]
+        if not equals or not key.strip() or not chosen:
+            raise ConfigError(
+                f"--where {condition!r}: expected KEY=VALUE[,VALUE...], e.g. seed=1,2"
+            )
+        where.setdefault(key.strip(), []).extend(chosen)
+    return where
