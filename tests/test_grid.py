@@ -188,6 +188,10 @@ def test_compare_resumes_and_reruns_only_what_changed(tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("results.json")}
     assert len(stamps) == 2 and (out / "report.md").is_file()
+    # each evaluation is a log line (a lane's log file shows no progress bar)
+    said = " ".join(first.output.split())
+    assert said.count("seedflood: round ") == 2 and said.count("dsgd: round ") == 2
+    assert "dsgd: round 2: train loss" in said and "val accuracy" in said
     again = CliRunner().invoke(app, ["compare", str(path), "--out", str(out)])
     assert again.output.count("skip") == 2
     assert {p: p.stat().st_mtime_ns for p in out.rglob("results.json")} == stamps

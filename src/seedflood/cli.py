@@ -84,13 +84,7 @@ def run(
             status = f"loss {record['train_loss']:.4f}  val acc {record['accuracy']:.3f}"
             bar.update(task, completed=done, status=status)
             if record["event"] == "evaluation":
-                log.info(
-                    "round %d: train loss %.4f, val accuracy %.4f, consensus distance %.3g",
-                    done,
-                    record["train_loss"],
-                    record["accuracy"],
-                    record["consensus_distance"],
-                )
+                log.info(_evaluation_text(done, record))
 
         try:
             results = run_simulation(config, out_dir, progress=show, resume=resume)
@@ -263,6 +257,14 @@ def launch(
     log.info("results in %s/results.json; plots and tables: seedflood report %s", out_dir, out_dir)
 
 
+def _evaluation_text(done: int, record: dict[str, Any]) -> str:
+    return (
+        f"round {done}: train loss {record['train_loss']:.4f}, val accuracy "
+        f"{record['accuracy']:.4f}, consensus distance {record['consensus_distance']:.3g}, "
+        f"training {record['train_seconds']:,.0f} s"
+    )
+
+
 @app.command()
 def compare(
     grid_file: Annotated[Path, typer.Argument(help="YAML grid: variants × swept keys")],
@@ -320,6 +322,9 @@ def compare(
                 ) -> None:
                     if record["event"] == "note":
                         log.info("%s: %s", name, record["text"])
+                    if record["event"] == "evaluation":
+                        # A lane's log file shows no bar: these lines are its progress.
+                        log.info("%s: %s", name, _evaluation_text(done, record))
                     if record["event"] in ("round", "evaluation"):
                         bar.update(
                             rounds, completed=done, status=f"val acc {record['accuracy']:.3f}"
