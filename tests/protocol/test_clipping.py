@@ -91,17 +91,23 @@ def test_peers_clip_a_huge_scalar_alike_and_replay_it_from_their_logs(tiny, tmp_
     assert {restarted.clip.clipped} == counts
 
 
-def accuracy_of(config: RunConfig) -> tuple[float, int]:
+def scores_of(config: RunConfig) -> tuple[float, float, int]:
+    """Test accuracy, test loss and messages clipped after every round of ``config``."""
     exp = build(config)
     for round_index in range(config.rounds):
         exp.algorithm.run_round(round_index)
-    return evaluate(exp, exp.test)["accuracy"], exp.algorithm.describe().get("clipped_messages", 0)
+    scores = evaluate(exp, exp.test)
+    clipped = exp.algorithm.describe().get("clipped_messages", 0)
+    return scores["accuracy"], scores["eval_loss"], clipped
 
 
 @pytest.mark.slow
 def test_clipping_stops_a_client_sending_ten_thousand_times_its_scalar(tmp_path: Path) -> None:
-    """A 1,000-fold attacker cost 11 to over 20 points depending on the CPU's kernels (an Intel
-    and an AMD machine with AVX-512); at 10,000-fold the undefended run falls to chance."""
+    """Undefended, a 10,000-fold attacker leaves the model near chance confidence: its test loss
+    rises towards ln 2 on every CPU tried. Its accuracy is a poor witness on this tiny model: on
+    an Intel and an AMD machine with AVX-512 it fell to chance, on another AMD it stayed at 70-73%
+    against 84% (and at 100,000-fold rose to 90%, at a loss of 0.65). The divergence guard is off,
+    so that clipping alone is tested."""
     base = {
         "model": "tiny",
         "data_dir": str(write_synthetic_sst2(tmp_path)),
@@ -113,15 +119,16 @@ def test_clipping_stops_a_client_sending_ten_thousand_times_its_scalar(tmp_path:
         "batch_size": 8,
         "lr": 1e-2,
         "max_length": 32,
+        "guard_factor": None,
     }
     poison = {"attackers": 1, "attack_factor": 10_000.0}
     clip = {"clip_multiple": 3.0, "clip_window": 8}
-    honest, _ = accuracy_of(RunConfig(**base))
-    poisoned, _ = accuracy_of(RunConfig(**base, **poison))
-    honest_clipped, _ = accuracy_of(RunConfig(**base, **clip))
-    defended, clipped = accuracy_of(RunConfig(**base, **poison, **clip))
+    honest, honest_loss, _ = scores_of(RunConfig(**base))
+    _, poisoned_loss, _ = scores_of(RunConfig(**base, **poison))
+    honest_clipped, _, _ = scores_of(RunConfig(**base, **clip))
+    defended, defended_loss, clipped = scores_of(RunConfig(**base, **poison, **clip))
     assert honest > 0.7 and honest_clipped > 0.7, "the honest runs must learn for this to mean much"
-    assert abs(poisoned - honest) > 0.2
+    assert poisoned_loss > honest_loss + 0.1 and poisoned_loss > defended_loss + 0.05
     assert abs(defended - honest_clipped) <= 0.01
     assert clipped >= 30, "every one of the attacker's 30 scalars is clipped"
     assert clipped < 30 * 8 // 4, "honest scalars are mostly left alone"
