@@ -21,7 +21,15 @@ from seedflood.cli import app
 from seedflood.config import load_config
 from seedflood.learning.models import save_model
 from seedflood.protocol.ledger import LOG, MANIFEST, LedgerError
-from seedflood.sim.checkpoint import CHECKPOINT_NAME, KILL_AT_VARIABLE, KILL_ROUND_VARIABLE
+from seedflood.protocol.message_log import read_messages, write_messages
+from seedflood.protocol.messages import Message
+from seedflood.sim.checkpoint import (
+    CHECKPOINT_NAME,
+    KILL_AT_VARIABLE,
+    KILL_ROUND_VARIABLE,
+    CheckpointError,
+)
+from seedflood.sim.ledger import IN_FLIGHT, resume_from_ledger
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
 
@@ -180,37 +188,72 @@ def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
     assert result.exit_code == 2 and "seed" in output and "less than 9223372036854775808" in output
 
 
-@pytest.mark.slow  # a run, then its resume from the ledger (about 5 s)
-def test_a_killed_run_resumes_from_its_ledger_alone(data_dir, tmp_path, one_thread) -> None:
-    """Killed after round 7 with its checkpoint gone: the log and history.jsonl (evaluations
-    every 3 rounds) bring it back to round 6 with no forward pass, and it ends as an
-    uninterrupted run does."""
-    sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=9"]
+@pytest.mark.slow  # a run, then its resume from the ledger (about 5 s each)
+@pytest.mark.parametrize(
+    ("flooding", "kill_round", "kill_at", "resumed_at"),
+    [
+        ((), "7", "round", 6),
+        # delayed: hops 1 on an 8-client ring (diameter 4), messages in flight at each evaluation
+        (("clients=8", "hops=1"), "7", "round", 6),
+        # killed after round 6's history but before its ledger: back to round 3's evaluation
+        (("clients=8", "hops=1"), "6", "history", 3),
+    ],
+)
+def test_a_killed_run_resumes_from_its_ledger_alone(
+    data_dir, tmp_path, one_thread, flooding, kill_round, kill_at, resumed_at
+) -> None:
+    """Killed with its checkpoint gone: the log, the messages in flight and history.jsonl
+    (evaluations every 3 rounds) bring it back to the last evaluation they hold with no forward
+    pass, and it ends as an uninterrupted run does."""
+    sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=9", *flooding]
     whole = run(load_config(QUICKSTART, sets), tmp_path / "whole")
     args = ["run", str(QUICKSTART), "--out", str(tmp_path / "cut"), "--resume"]
     for override in sets:
         args += ["--set", override]
     env = {
         **os.environ,
-        KILL_ROUND_VARIABLE: "7",
-        KILL_AT_VARIABLE: "round",
+        KILL_ROUND_VARIABLE: kill_round,
+        KILL_AT_VARIABLE: kill_at,
         "OMP_NUM_THREADS": "1",
     }
     killed = subprocess.run([sys.executable, "-m", "seedflood", *args], env=env, check=False)
     assert killed.returncode == 137
+    assert (tmp_path / "cut" / IN_FLIGHT).is_file() == bool(flooding)
     (tmp_path / "cut" / CHECKPOINT_NAME).unlink()
     other = CliRunner().invoke(app, [*args, "--set", "lr=0.02"])  # not this log's run
     assert other.exit_code == 2
     assert "lr (checkpoint 0.005, now 0.02)" in " ".join(other.output.split())
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "resumed from the ledger at round 6" in " ".join(result.output.split())
+    assert f"resumed from the ledger at round {resumed_at}" in " ".join(result.output.split())
     resumed = json.loads((tmp_path / "cut" / "results.json").read_text())
     timing = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {
         k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
     }
     assert (tmp_path / "cut" / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()
+    assert not (tmp_path / "cut" / IN_FLIGHT).exists()
+    if flooding:  # messages were still in flight when the run ended: never committed, not logged
+        assert whole["ledger_messages"] < 8 * 9
+
+
+def test_files_from_two_runs_are_refused_not_mixed(data_dir, tmp_path, one_thread) -> None:
+    """A log and an in-flight file that disagree on a message are from different runs."""
+    out = tmp_path / "run"
+    sets = [*SETTINGS, f"data_dir={data_dir}", "clients=8", "hops=1"]
+    run_config = load_config(QUICKSTART, sets)
+    run(run_config, out)
+    history = out / "history.jsonl"
+    messages = read_messages(out / LOG)
+    first = messages[0]
+    write_messages(out / IN_FLIGHT, [Message(first.step, first.origin, first.scalar + 1.0)])
+    (out / "results.json").unlink()
+    with pytest.raises(CheckpointError, match=r"disagree on message \(0, 0\)"):
+        resume_from_ledger(out, run_config, build(run_config).algorithm)
+    (out / IN_FLIGHT).unlink()
+    history.write_text(history.read_text().splitlines()[0] + "\n" + '{"round": 99}\n')
+    with pytest.raises(CheckpointError, match="the ledger was cut"):
+        resume_from_ledger(out, run_config, build(run_config).algorithm)
 
 
 @pytest.mark.slow

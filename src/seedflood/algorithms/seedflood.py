@@ -387,6 +387,15 @@ class SeedFlood:
             for state in self.floods:
                 state.forget_before(step + 1)
 
+    def in_flight(self) -> list[Message]:
+        """Messages made but not yet committed everywhere, in canonical (step, origin) order:
+        with the committed ones, every message the run has made."""
+        return [
+            self.pending[step][o]
+            for step in sorted(self.pending)
+            for o in sorted(self.pending[step])
+        ]
+
     def take_committed(self) -> list[Message]:
         """The messages committed since the last call, as flooded (before clipping, which a
         replay redoes): what the runner appends to the run's ledger."""

@@ -94,13 +94,20 @@ def _frames(messages: Sequence[Message], scalar_format: str) -> bytes:
     return bytes(out)
 
 
+def write_messages(
+    path: str | os.PathLike, messages: Sequence[Message], scalar_format: str = "fp32"
+) -> None:
+    """Write ``messages`` (in canonical order) as a whole log, atomically."""
+    atomic_write_bytes(path, _frames(messages, scalar_format))
+
+
 def keep_first(path: str | os.PathLike, count: int, scalar_format: str = "fp32") -> None:
     """Cut the log at ``path`` back to its first ``count`` messages, atomically: a run resumed
     from a checkpoint drops what it logged after the checkpoint, since it commits it again."""
     messages = read_messages(path)
     if count > len(messages):
         raise MessageLogError(f"{path} holds {len(messages)} messages, fewer than {count}")
-    atomic_write_bytes(path, _frames(messages[:count], scalar_format))
+    write_messages(path, messages[:count], scalar_format)
 
 
 class MessageLog:

@@ -4,10 +4,11 @@ peers' log format, and its manifest, written when the run starts and completed w
 
 The log follows the checkpoint: it is synced before each checkpoint is written, and a resumed run
 cuts it back to what its checkpoint had committed, so a killed and resumed run logs what an
-uninterrupted one does. Where every message is committed in the round it is made (flooding with
-hops ≥ diameter over perfect links), the log and history.jsonl alone also resume a run, with no
-checkpoint: its rounds are replayed without a forward pass. Both files are a few kilobytes, so a
-long run can be committed evaluation by evaluation and continued on another machine.
+uninterrupted one does. Over perfect links every message a run makes is either in the log or, with
+delayed flooding (hops below the diameter), still in flight; those are written at each evaluation
+beside the log (``in_flight.log``). Both with history.jsonl then resume a run with no checkpoint:
+its rounds are replayed without a forward pass, from files of a few kilobytes, so a long run can be
+committed evaluation by evaluation and continued on another machine.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
 from seedflood.protocol.ledger import LOG, MANIFEST, write_manifest
-from seedflood.protocol.message_log import MessageLog, keep_first, read_messages
+from seedflood.protocol.message_log import MessageLog, keep_first, read_messages, write_messages
+from seedflood.protocol.messages import Message
 from seedflood.sim.checkpoint import CheckpointError, config_differences
+
+IN_FLIGHT = "in_flight.log"
+"""Messages made but not yet committed at the last evaluation; removed when the run ends."""
 
 
 class RunLedger:
@@ -60,7 +65,14 @@ class RunLedger:
         self.log.append(self.algorithm.take_committed())
 
     def sync(self) -> None:
+        """Make the log durable, and with it the messages still in flight."""
         self.log.sync()
+        in_flight = self.algorithm.in_flight()
+        path = self.path.parent / IN_FLIGHT
+        if in_flight:
+            write_messages(path, in_flight, self.config.scalar_format)
+        else:
+            path.unlink(missing_ok=True)
 
     def close(self) -> dict[str, Any]:
         """Close the log, written anew in whole records (its framing then does not depend on
@@ -68,20 +80,21 @@ class RunLedger:
         takes."""
         self.log.close()
         keep_first(self.path, len(self.log), self.config.scalar_format)
+        (self.path.parent / IN_FLIGHT).unlink(missing_ok=True)
         manifest = self._manifest(self.algorithm.state_hash())
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
 
 def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> list[dict[str, Any]]:
-    """Replay the rounds up to the last evaluation in ``out``/history.jsonl from ``out``'s log
-    into the freshly built ``algorithm``; that history, or [] where the run cannot be resumed
-    this way (no history beyond round 0, or messages that outlive their round)."""
+    """Replay the rounds up to the last evaluation in ``out``/history.jsonl whose messages the
+    log and the in-flight file hold into the freshly built ``algorithm``; that history (cut
+    there), or [] where the run cannot be resumed this way (no history beyond round 0, or links
+    that lose messages, whose repair the files do not record)."""
     history_file = out / "history.jsonl"
     if not (history_file.is_file() and (out / LOG).is_file()) or not replayable(algorithm):
         return []
     history = read_jsonl(history_file)
-    rounds = history[-1]["round"] if history else 0
-    if rounds == 0:
+    if not history or history[-1]["round"] == 0:
         return []
     try:
         written = json.loads((out / MANIFEST).read_text())["config"]
@@ -96,21 +109,48 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
             f"the ledger in {out} was written by a run with another config: "
             f"{'; '.join(differences)}. Resume with that config, or run without --resume"
         )
-    per_round = config.steps_per_round * config.clients
-    messages = read_messages(out / LOG)
-    if len(messages) < rounds * per_round:
+    by_step = _made(out)
+    steps = 0  # the steps whose every client's message is held, from the first on
+    while len(by_step.get(steps, ())) == config.clients:
+        steps += 1
+    covered = [entry for entry in history if entry["round"] * config.steps_per_round <= steps]
+    rounds = covered[-1]["round"]
+    if rounds == 0:
         raise CheckpointError(
-            f"{out / LOG} holds {len(messages)} messages, fewer than the {rounds * per_round} of "
-            f"the {rounds} rounds {history_file} records: the ledger was cut; run it afresh"
+            f"{out / LOG} and {out / IN_FLIGHT} hold the messages of {steps} steps, fewer than "
+            f"any evaluation {history_file} records needs: the ledger was cut; run it afresh"
         )
     for round_index in range(rounds):
+        first = round_index * config.steps_per_round
         algorithm.replay_round(
-            round_index, messages[round_index * per_round : (round_index + 1) * per_round]
+            round_index,
+            [m for step in range(first, first + config.steps_per_round) for m in by_step[step]],
         )
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
-    return history
+    return covered
+
+
+def _made(out: Path) -> dict[int, list[Message]]:
+    """Every message the log and the in-flight file hold, by step, each step's in origin order;
+    a message the two files give different scalars is refused (they are from different runs)."""
+    made: dict[tuple[int, int], Message] = {}
+    in_flight = out / IN_FLIGHT
+    for message in [
+        *read_messages(out / LOG),
+        *(read_messages(in_flight) if in_flight.is_file() else []),
+    ]:
+        if made.setdefault(message.key, message) != message:
+            raise CheckpointError(
+                f"{out / LOG} and {in_flight} disagree on message {message.key}: they were "
+                "written by different runs; run it afresh"
+            )
+    by_step: dict[int, list[Message]] = {}
+    for key in sorted(made):
+        by_step.setdefault(key[0], []).append(made[key])
+    return by_step
 
 
 def replayable(algorithm: SeedFlood) -> bool:
-    """Whether every message a round makes is committed within it, so the log holds all state."""
-    return algorithm.repair is None and algorithm.hops >= algorithm.topology.diameter
+    """Whether the log and the in-flight file hold all of a run's state: over perfect links,
+    flooding is a function of the messages alone."""
+    return algorithm.repair is None
