@@ -250,6 +250,9 @@ def test_files_from_two_runs_are_refused_not_mixed(data_dir, tmp_path, one_threa
     (out / "results.json").unlink()
     with pytest.raises(CheckpointError, match=r"disagree on message \(0, 0\)"):
         resume_from_ledger(out, run_config, build(run_config).algorithm)
+    write_messages(out / IN_FLIGHT, [Message(first.step, 8, first.scalar)])
+    with pytest.raises(CheckpointError, match=r"message from client 8, but the run has 8 clients"):
+        resume_from_ledger(out, run_config, build(run_config).algorithm)
     (out / IN_FLIGHT).unlink()
     history.write_text(history.read_text().splitlines()[0] + "\n" + '{"round": 99}\n')
     with pytest.raises(CheckpointError, match="the ledger was cut"):

@@ -109,7 +109,7 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
             f"the ledger in {out} was written by a run with another config: "
             f"{'; '.join(differences)}. Resume with that config, or run without --resume"
         )
-    by_step = _made(out)
+    by_step = _made(out, config.clients)
     steps = 0  # the steps whose every client's message is held, from the first on
     while len(by_step.get(steps, ())) == config.clients:
         steps += 1
@@ -130,15 +130,21 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
     return covered
 
 
-def _made(out: Path) -> dict[int, list[Message]]:
+def _made(out: Path, clients: int) -> dict[int, list[Message]]:
     """Every message the log and the in-flight file hold, by step, each step's in origin order;
-    a message the two files give different scalars is refused (they are from different runs)."""
+    a message from no client of the run, or one the two files give different scalars, is refused
+    (the files are damaged or from different runs)."""
     made: dict[tuple[int, int], Message] = {}
     in_flight = out / IN_FLIGHT
     for message in [
         *read_messages(out / LOG),
         *(read_messages(in_flight) if in_flight.is_file() else []),
     ]:
+        if message.origin >= clients:
+            raise CheckpointError(
+                f"{out} holds a message from client {message.origin}, but the run has {clients} "
+                f"clients (0 to {clients - 1}): its ledger is from another run; run it afresh"
+            )
         if made.setdefault(message.key, message) != message:
             raise CheckpointError(
                 f"{out / LOG} and {in_flight} disagree on message {message.key}: they were "
