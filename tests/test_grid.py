@@ -334,6 +334,8 @@ def test_where_narrows_to_config_values_under_the_grids_own_names(tmp_path: Path
         "dsgd-lora_seed-0_clients-16",
         "dsgd-lora_seed-0_clients-32",
     ]
+    flooded = grid(tmp_path, "variants:\n  k-2: {hops: 2}\n  k-diameter: {hops: null}\n")
+    assert [run.name for run in plan(flooded, where={"hops": ["null"]})] == ["k-diameter"]
 
 
 @pytest.mark.parametrize(

@@ -261,7 +261,10 @@ def _matching(runs: list[PlannedRun], where: Mapping[str, Sequence[str]]) -> lis
 
 
 def _as_text(value: Any) -> str:
-    """A config value as a user types it on the command line (`lora=true`, `seed=1`)."""
+    """A config value as a user types it on the command line, in YAML's words (`lora=true`,
+    `hops=null`, `seed=1`)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
