@@ -158,7 +158,7 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
     assert "| dsgd-lora | 65.0 / 0.016 | – | 55.0 / 0.128 |" in text
     assert "| choco-lora | 63.0 / 0.016 | 61.0 / 0.064 | – |" in text
     assert (
-        "The gossip clients evaluated score -5.0 to -5.0 points against their averaged model "
+        "The gossip clients evaluated score -5.0 points against their averaged model "
         "(client minus average), a model none of them holds; every SeedFlood client holds the "
         "model scored. From the fewest clients to the most: choco-lora 63.0% → 61.0% own "
         "accuracy, distance 0.016 → 0.064 (16 → 64 clients); dsgd-lora 65.0% → 55.0% own "

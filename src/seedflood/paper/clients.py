@@ -56,10 +56,13 @@ def client_table(runs: list[Run], sizes: list[int]) -> list[str]:
         if len(by_size) > 1
         for lo, hi in [(min(by_size), max(by_size))]
     ]
+    spread = f"{100 * min(gaps):+.1f}"
+    if max(gaps) != min(gaps):
+        spread += f" to {100 * max(gaps):+.1f}"
     return [
         *lines,
         "",
-        f"The gossip clients evaluated score {100 * min(gaps):+.1f} to {100 * max(gaps):+.1f} "
+        f"The gossip clients evaluated score {spread} "
         "points against their averaged model (client minus average), a model none of them "
         "holds; every SeedFlood client holds the model scored. From the fewest clients to the "
         f"most: {'; '.join(trends) or 'no gossip method ran at two sizes'}.",
