@@ -12,7 +12,10 @@ repetitions, --reps repetitions of
 - the round: `SeedFlood.run_round` with hops = diameter, the same forwards with every client's
   perturbation added by the correction hooks, then flooding and the commit;
 
-with ``torch.cuda.synchronize()`` around each, and writes their medians, the ratio round / plain
+with ``torch.cuda.synchronize()`` around each. --graphs on times the round as a run makes it
+(its bf16 forwards replayed as CUDA graphs: seedflood.algorithms.graphs) and also the plain
+forward replayed as a graph; --graphs off keeps every forward eager; a GPU does both by default.
+It writes their medians, the ratio round / plain
 forward, the padding of those forwards, the peak GPU memory and how often one more round made
 the CPU wait for the GPU (and from which lines) to OUT/gpu.json with the device name and the
 torch version, row by row. --tokens sets the padded tokens per forward (the device's default
@@ -66,6 +69,7 @@ from timing import machine
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from seedflood.algorithms.batched import forward_tokens, padding, shared_losses
+from seedflood.algorithms.graphs import ForwardGraphs
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.build import build_parts, run_precision
 from seedflood.config import RunConfig
@@ -162,39 +166,56 @@ def synchronizations(action: Callable[[], object], device: torch.device) -> dict
     return {"count": sum(where.values()), "where": dict(where.most_common(10))}
 
 
+def graph_use(graphs: ForwardGraphs) -> dict[str, Any]:
+    return {"recorded": graphs.recorded, "replayed": graphs.replayed, "failure": graphs.failure}
+
+
 def measure(
     model: LlamaForCausalLM,
     config: RunConfig,
     tokens: int,
+    graphs: bool,
     args: argparse.Namespace,
     device: torch.device,
 ) -> tuple[dict[str, Any], SeedFlood]:
     """One row: the plain forward and the round at ``config``'s clients and precision, with
-    ``tokens`` padded tokens per forward; and the algorithm, for a profile once every row is
-    timed (a profile takes longer than the row)."""
+    ``tokens`` padded tokens per forward, the round's forwards replayed from CUDA graphs or not
+    (``graphs``: then the plain forward is also timed replayed); and the algorithm, for a
+    profile once every row is timed (a profile takes longer than the row)."""
     with device, run_precision(config, device):
         parts = build_parts(config, device)
         parts.model = model
         algorithm = build_algorithm(config, parts)
         assert isinstance(algorithm, SeedFlood)
         algorithm.tokens_per_forward = tokens
+        if not graphs:
+            algorithm.graphs = None
+        plain_graphs = ForwardGraphs() if algorithm.graphs is not None else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         plain, one_batch, estimates, rounds, real, padded = [], [], [], [], 0, 0
+        plain_graphed: list[float] = []
         for index in range(args.warmup + args.reps):
             step = index * algorithm.local_steps
             batches = [algorithm.batch(c, step) for c in range(config.clients) for _ in "+-"]
-            for times, budget in ((plain, tokens), (one_batch, 1 << 30)):
-                forward = functools.partial(shared_losses, model, batches, parts.pad_id, budget)
+            references = [(plain, tokens, None), (one_batch, 1 << 30, None)]
+            if plain_graphs is not None:
+                references.append((plain_graphed, tokens, plain_graphs))
+            for times, budget, replays in references:
+                forward = functools.partial(
+                    shared_losses, model, batches, parts.pad_id, budget, replays
+                )
                 times.append(timed(forward, device))
             estimates.append(timed(lambda s=step: algorithm.estimates(s), device))
             rounds.append(timed(lambda i=index: algorithm.run_round(i), device))
             real, padded = padding(batches, tokens)
         plain, one_batch = plain[args.warmup :], one_batch[args.warmup :]
         estimates, rounds = estimates[args.warmup :], rounds[args.warmup :]
+        plain_graphed = plain_graphed[args.warmup :]
         row: dict[str, Any] = {
             "clients": config.clients,
             "dtype": config.dtype,
+            "graphs": graphs,
             "tokens_per_forward": tokens,
             "plain_forward_seconds": statistics.median(plain),
             "round_seconds": statistics.median(rounds),
@@ -208,6 +229,13 @@ def measure(
             "padded_tokens": padded,
             "padding_ratio": padded / real,
         }
+        if algorithm.graphs is not None and plain_graphs is not None:
+            row["plain_forward_graphed_seconds"] = statistics.median(plain_graphed)
+            row["ratio_to_graphed_plain"] = row["round_seconds"] / statistics.median(plain_graphed)
+            row["graph_use"] = {
+                "round": graph_use(algorithm.graphs),
+                "plain": graph_use(plain_graphs),
+            }
         if device.type == "cuda":
             row["peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
         after = args.warmup + args.reps
@@ -222,6 +250,13 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--tokens", type=int, nargs="+", help="per forward (default: the device's)")
+    parser.add_argument(
+        "--graphs",
+        nargs="+",
+        default=["on", "off"],
+        choices=["on", "off"],
+        help="rounds' forwards replayed from CUDA graphs (a GPU's default), eager, or both",
+    )
     parser.add_argument("--layers", type=int, default=SMOLLM2_135M["num_hidden_layers"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
@@ -248,7 +283,9 @@ def main() -> None:
     profiled: list[tuple[dict[str, Any], SeedFlood, RunConfig]] = []
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = given if real_data else write_synthetic_sst2(Path(scratch), 4096, 8)
-        for clients, dtype, tokens in itertools.product(args.clients, args.dtypes, budgets):
+        graph_modes = args.graphs or (["on", "off"] if device.type == "cuda" else ["off"])
+        rows = itertools.product(args.clients, args.dtypes, budgets, graph_modes)
+        for clients, dtype, tokens, graphed in rows:
             config = RunConfig(
                 model="tiny",
                 task="sst2",
@@ -263,14 +300,15 @@ def main() -> None:
                 batched_forward=True,
                 lr=1e-4,
             )
-            label = f"{clients:>4} clients {dtype} {tokens:>6} tokens/forward"
+            label = f"{clients:>4} clients {dtype} {tokens:>6} tokens/forward graphs {graphed}"
             started = time.perf_counter()
             try:
-                row, algorithm = measure(model, config, tokens, args, device)
+                row, algorithm = measure(model, config, tokens, graphed == "on", args, device)
                 profiled.append((row, algorithm, config))
             except Exception as error:  # a lent GPU's minutes: keep the other rows
                 traceback.print_exc()
                 row = {"clients": clients, "dtype": dtype, "tokens_per_forward": tokens}
+                row["graphs"] = graphed == "on"
                 row["error"] = f"{type(error).__name__}: {error}"
                 print(f"{label}: failed, {row['error']}", flush=True)
             else:
@@ -280,6 +318,9 @@ def main() -> None:
                     f"ratio {row['ratio']:.2f}, padding {row['padding_ratio']:.2f}x, one batch "
                     f"{row['one_batch_forward_seconds']:.4f} s, "
                     f"{row['synchronizations']['count']} syncs, "
+                    f"graphed plain forward {row.get('plain_forward_graphed_seconds', 0):.4f} s "
+                    f"(round / it {row.get('ratio_to_graphed_plain', 0):.2f}), "
+                    f"graphs {row.get('graph_use')}, "
                     f"{time.perf_counter() - started:.0f} s to measure",
                     flush=True,
                 )

@@ -4,6 +4,7 @@ plain `pytest` run catches a broken rule)."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from pathlib import Path
 
@@ -31,7 +32,15 @@ def test_the_import_contracts_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     from importlinter.cli import lint_imports
 
     monkeypatch.chdir(REPOSITORY)
-    assert lint_imports(no_cache=True, no_logo=True) == 0
+    # import-linter configures logging with disable_existing_loggers: every logger imported by
+    # then would stay silent for the tests after this one
+    loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        assert lint_imports(no_cache=True, no_logo=True) == 0
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
 
 
 TREE_BUDGET = 24 * 2**20

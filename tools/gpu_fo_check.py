@@ -4,13 +4,17 @@ any first-order lane (tools/lent-gpu.sh runs it when LENT_FO_CHECK=1).
 DSGD and ChocoSGD runs of 16 SmolLM2-135M clients on an H100 and an H200 fell to a training loss
 of exactly ln 2 (one answer for every sentence, no gradient left) within 25 steps at every rate
 tried, while the same configuration trains on the CPU: 0.877 after round 1 and 0.489 after round
-5 at lr 0.00125 (results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl). Two checks:
+5 at lr 0.00125 (results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl). The cause,
+found with check 1 on an H200 (2026-11-28): torch's sparse product of W with wide states returned
+zeros there; gossip now mixes with a dense W on a GPU (`gossip.mixing_operator`). Two checks:
 
-1. mixing: the ring's W times column chunks of a 16 × 134,515,008 state (8.6 GB, past 2³¹
-   elements), passed strided as gossip did before and through `mixed_chunks` as it does now,
-   each against the same columns' product on the CPU;
+1. mixing: the ring's W, as gossip builds it for the device, times column chunks of a
+   16 × 134,515,008 state (8.6 GB, past 2³¹ elements), passed strided and through
+   `mixed_chunks`, each against the same columns' product on the CPU (sparse: 1.0, zeros;
+   dense: 3.2e-8; results/bench/gpu-fo/mixing-h200.json);
 2. training: that CPU run's configuration for two rounds on the GPU, whose train losses must be
-   the CPU's within 2% (two rounds, so that one mixing lies between them).
+   the CPU's within 2% (two rounds, so that one mixing lies between them). It needs SmolLM2's
+   weights there and has not run yet.
 
 Prints what it found, writes it as JSON to --out and exits 1 where the GPU differs.
 """
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from seedflood.algorithms.gossip import CHUNK, mixed_chunks
+from seedflood.algorithms.gossip import CHUNK, mixed_chunks, mixing_operator
 from seedflood.config import load_config
 from seedflood.files import atomic_write_json, read_jsonl
 from seedflood.sim.runner import build
@@ -45,10 +49,11 @@ def mixing_errors(
 ) -> dict[str, float]:
     """Largest relative error of ``device``'s mixed first and last chunks against the CPU's,
     with the chunk passed strided (the old way) and through ``mixed_chunks``."""
-    mixing = torch.from_numpy(make_topology("ring", clients).mixing_matrix("metropolis")).float()
+    matrix = make_topology("ring", clients).mixing_matrix("metropolis")
+    mixing = torch.from_numpy(matrix).float()
     generator = torch.Generator(device).manual_seed(0)
     state = torch.randn(clients, d, device=device, generator=generator)
-    on_device = mixing.to_sparse().to(device)
+    on_device = mixing_operator(matrix, device)
     last = (d - 1) // CHUNK * CHUNK
     errors = {"strided": 0.0, "mixed_chunks": 0.0}
     for columns, mixed in mixed_chunks(on_device, state):

@@ -21,7 +21,8 @@
 # behind). LENT_TESTS, if set, is pytest's arguments for tests run beside the lanes, logged in
 # lanes/gpu-tests.log. LENT_FO_CHECK=1 first runs tools/gpu_fo_check.py (about a minute) and drops
 # the specs naming full dsgd or choco if this GPU does not train them as the CPU does: their
-# runs on an H100 and an H200 fell to a loss of exactly ln 2 where the CPU's trained.
+# runs on an H100 and an H200 fell to a loss of exactly ln 2 where the CPU's trained, until gossip
+# stopped mixing with torch's sparse product there (it returned zeros; docs/performance.md).
 #
 # A run some CPU lane has begun arrives with its committed ledger but not its checkpoint: a
 # SeedFlood run resumes from the ledger (replayed on the GPU), any other starts afresh. Stop CPU

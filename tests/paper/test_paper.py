@@ -233,14 +233,14 @@ def test_runs_off_the_cpu_are_named_with_their_tasks() -> None:
     assert device_note(runs)[0].startswith(
         "Device: every run on the CPU but 3 on cuda (boolq 2, rte 1). A GPU run draws the same"
     )
-    assert "Suspect" not in device_note(runs)[0]
+    assert "Void" not in device_note(runs)[0]
     assert device_note([made("sst2", None), made("rte", "cpu")]) == []
-    # full-parameter first-order runs on a GPU are named suspect; their LoRA variants and CPU
+    # full-parameter first-order runs on a GPU are named void; their LoRA variants and CPU
     # runs are not
     runs += [made("boolq", "cuda", "dsgd"), made("boolq", "cuda", "dsgd", lora=True)]
     runs.append(made("rte", None, "choco"))
     assert (
-        "Suspect: the 1 full-parameter DSGD and ChocoSGD runs among them (dsgd-boolq)."
+        "Void: the 1 full-parameter DSGD and ChocoSGD runs among them (dsgd-boolq)."
         in (device_note(runs)[0])
     )
 

@@ -18,7 +18,7 @@ batched matrix product per adapter layer) and everything else is shared in the s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,6 +26,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from seedflood.algorithms.graphs import ForwardGraphs
 from seedflood.learning.scoring import (
     TokenizedExample,
     candidate_scores,
@@ -120,6 +121,22 @@ class _Terms:
                     factors=to_device(self.factors[:, picked], self.device),
                 )
             )
+
+    def graph_inputs(self) -> tuple[Hashable, dict[str, torch.Tensor]] | None:
+        """The pairs of the next forward as tensors a CUDA graph can be fed, with what a graph
+        recorded over them must share (the epoch: its basis is read where it lies); None where
+        the pairs are not one per row, whose count varies from forward to forward."""
+        if not self.one_each:
+            return None
+        (pairs,) = self.pairs
+        tensors = {"targets": pairs.targets, "cols": pairs.cols, "factors": pairs.factors}
+        return pairs.epoch, tensors
+
+    def use_graph_inputs(self, epoch: Hashable, tensors: dict[str, torch.Tensor]) -> None:
+        """Read the next forward's pairs (one per row, in row order) from ``tensors``."""
+        rows = torch.arange(len(tensors["factors"][0]), device=self.device)
+        assert isinstance(epoch, int)
+        self.pairs, self.one_each = [_EpochPairs(epoch, rows, **tensors)], True
 
     def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """``output`` plus the terms of the rows' updates. Under a lower forward precision the
@@ -234,6 +251,12 @@ class _Unaltered:
     def alter(self, index: int, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         return output
 
+    def graph_inputs(self) -> tuple[Hashable, dict[str, torch.Tensor]]:
+        return None, {}
+
+    def use_graph_inputs(self, epoch: Hashable, tensors: dict[str, torch.Tensor]) -> None:
+        return None
+
 
 def _row_lengths(example: TokenizedExample) -> list[int]:
     """Lengths of the rows ``candidate_scores`` gives an example: one prompt row when its classes
@@ -308,17 +331,28 @@ def _batched_losses(
     batches: Sequence[Sequence[TokenizedExample]],
     pad_id: int,
     tokens_per_forward: int,
+    graphs: ForwardGraphs | None = None,
 ) -> list[float]:
-    """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``."""
+    """Mean cross-entropy of every segment's examples, segment s's rows altered by ``terms``;
+    on the single-token path through ``graphs`` where given."""
     owned = _owned(batches)
     losses, owners = [], []
     with torch.inference_mode(), _hooks(model, terms):
         for chunk in _padded_chunks(owned, tokens_per_forward):
             examples = [example for _, example in chunk]
             example_segments = torch.tensor([s for s, _ in chunk], device="cpu")
-            rows = torch.tensor(rows_per_example(examples), device="cpu")
-            terms.select_rows(example_segments.repeat_interleave(rows))
-            scores = candidate_scores(model, examples, pad_id).double()
+            per_example = rows_per_example(examples)
+            if (
+                graphs is not None
+                and isinstance(terms, _Terms | _Unaltered)
+                and max(per_example) == 1
+            ):
+                scores = graphs.scores(model, terms, examples, example_segments, pad_id)
+            else:
+                rows = torch.tensor(per_example, device="cpu")
+                terms.select_rows(example_segments.repeat_interleave(rows))
+                scores = candidate_scores(model, examples, pad_id)
+            scores = scores.double()
             labels = torch.tensor([e.label for e in examples], device="cpu")
             labels = to_device(labels, scores.device)
             losses.append(example_losses(scores, labels))
@@ -340,11 +374,13 @@ def segment_losses(
     segments: Sequence[Segment],
     pad_id: int,
     tokens_per_forward: int = FORWARD_TOKENS,
+    graphs: ForwardGraphs | None = None,
 ) -> list[float]:
-    """Mean cross-entropy of every segment's examples under its own model, batched."""
+    """Mean cross-entropy of every segment's examples under its own model, batched (and replayed
+    from CUDA graphs through ``graphs`` where given: seedflood.algorithms.graphs)."""
     terms = _Terms(direction, segments)
     batches = [segment.examples for segment in segments]
-    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward)
+    return _batched_losses(model, terms, batches, pad_id, tokens_per_forward, graphs)
 
 
 def shared_losses(
@@ -352,11 +388,12 @@ def shared_losses(
     batches: Sequence[Sequence[TokenizedExample]],
     pad_id: int,
     tokens_per_forward: int = FORWARD_TOKENS,
+    graphs: ForwardGraphs | None = None,
 ) -> list[float]:
     """Mean cross-entropy of every batch under the shared model itself, in the forwards batched
     losses of the same batches run (the same chunks, padded alike): the plain-forward reference
-    that benchmarks/gpu.py times a batched step against."""
-    return _batched_losses(model, _Unaltered(), batches, pad_id, tokens_per_forward)
+    that benchmarks/gpu.py times a batched step against, eager or (``graphs``) replayed."""
+    return _batched_losses(model, _Unaltered(), batches, pad_id, tokens_per_forward, graphs)
 
 
 def row_weight_losses(

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -97,9 +98,7 @@ class Gossip:
         initial = torch.cat([p.detach().flatten() for p in self.params])
         self.x = initial.repeat(self.n, 1)
         self.x_hat = None if self.k is None else torch.zeros_like(self.x)
-        self.mixing = (
-            torch.from_numpy(topology.mixing_matrix(mixing)).float().to_sparse().to(self.x.device)
-        )
+        self.mixing = mixing_operator(topology.mixing_matrix(mixing), self.x.device)
         self.counter = TrafficCounter(topology.neighbors)
         for p in self.params:
             p.requires_grad_(estimator == "gradient")
@@ -266,17 +265,24 @@ class Gossip:
         }
 
 
+def mixing_operator(matrix: np.ndarray, device: torch.device) -> torch.Tensor:
+    """W as the tensor that mixes client states on ``device``: sparse on the CPU, where a ring's
+    three entries a row are all the product reads; dense on a GPU, where torch 2.11's sparse
+    product of a 16 × 16 W with 16 × 10⁶ states returned zeros on an H200 (COO from 10⁶ columns,
+    CSR at 1.7 × 10⁷; results/bench/gpu-fo/sparse-products-h200.json), so DSGD and ChocoSGD runs
+    there fell to a loss of ln 2. The dense n × n product costs a GPU little beside the states."""
+    mixing = torch.from_numpy(matrix).float()
+    return mixing.to(device) if device.type == "cuda" else mixing.to_sparse()
+
+
 def mixed_chunks(
     mixing: torch.Tensor, matrix: torch.Tensor
 ) -> Iterator[tuple[slice, torch.Tensor]]:
     """(W · matrix) chunk of columns by chunk, so mixing needs no second n × d buffer.
 
-    Each chunk is copied contiguous before the sparse product. A column slice keeps the row
-    stride d, so the sparse library would see a dense operand of n × d elements: 2.15 × 10⁹ for
-    16 clients of SmolLM2-135M, past 32-bit indexing. First-order runs of that size on an H100
-    and an H200 fell to a loss of exactly ln 2 within 25 steps where the same runs train on the
-    CPU (results/bench/gpu-fo/); that stride is the suspect, which tools/gpu_fo_check.py tests on
-    a lent GPU. On the CPU the product is the same either way, bit for bit."""
+    Each chunk is copied contiguous before the product: a column slice keeps the row stride d,
+    an operand of n × d elements to the library (2.15 × 10⁹ for 16 clients of SmolLM2-135M,
+    past 32-bit indexing). On the CPU the product is the same either way, bit for bit."""
     d = matrix.shape[1]
     for start in range(0, d, CHUNK):
         columns = slice(start, min(start + CHUNK, d))

@@ -25,6 +25,7 @@ from torch import nn
 
 from seedflood.algorithms.batched import Segment, forward_tokens, segment_losses
 from seedflood.algorithms.common import sample_batch
+from seedflood.algorithms.graphs import forward_graphs
 from seedflood.algorithms.pending import Held, PendingCoordinates, split
 from seedflood.learning.models import state_hash
 from seedflood.learning.schedules import Rate, as_rate
@@ -122,7 +123,9 @@ class SeedFlood:
                 "batched forwards need subcge directions; dense ones differ everywhere"
             )
         self.batched = batched
-        self.tokens_per_forward = forward_tokens(next(model.parameters()).device)
+        device = next(model.parameters()).device
+        self.tokens_per_forward = forward_tokens(device)
+        self.graphs = forward_graphs(device) if batched else None
         self.n = topology.n
         in_flight = local_steps * (topology.diameter // max(hops, 1) + 2)
         self.walks = (
@@ -286,7 +289,12 @@ class SeedFlood:
                     for sign in (1.0, -1.0):
                         segments.append(Segment(batch, [*correction, (seed, step, sign * eps)]))
                 losses = segment_losses(
-                    self.model, self.direction, segments, self.pad_id, self.tokens_per_forward
+                    self.model,
+                    self.direction,
+                    segments,
+                    self.pad_id,
+                    self.tokens_per_forward,
+                    self.graphs,
                 )
                 estimates += [
                     ((plus - minus) / (2.0 * eps), (plus + minus) / 2.0)

@@ -84,12 +84,15 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def _pad(
-    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device
+def pad(
+    sequences: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
+    width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right padding: real tokens keep positions 0..len-1 under a causal mask. Filled on the CPU
-    and moved to ``device`` once, not row by row."""
-    width = max(len(s) for s in sequences)
+    """Right padding (to the longest, or to ``width``): real tokens keep positions 0..len-1
+    under a causal mask. Filled on the CPU and moved to ``device`` once, not row by row."""
+    width = width or max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long, device="cpu")
     mask = torch.zeros((len(sequences), width), dtype=torch.long, device="cpu")
     for row, seq in enumerate(sequences):
@@ -119,21 +122,15 @@ def _scores_and_matches(
     device = head.weight.device
     in_precision = autocast(device.type)
     if _is_single_token(batch):
-        ids, mask = _pad([e.prompt for e in batch], pad_id, device)
-        label_ids = torch.tensor([c[0] for c in batch[0].candidates], device="cpu")
-        label_ids = to_device(label_ids, device)
-        with in_precision:
-            hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-            last = hidden[torch.arange(len(batch), device=device), mask.sum(dim=1) - 1]
-            logits = last @ head.weight[label_ids].T
-        return logits.float(), None
+        ids, mask = pad([e.prompt for e in batch], pad_id, device)
+        return single_token_scores(model, ids, mask, label_ids(batch, device)), None
     sequences, spans = [], []
     for example in batch:
         for candidate in example.candidates:
             start = len(example.prompt)
             sequences.append(example.prompt + candidate)
             spans.append((start, len(candidate)))
-    ids, mask = _pad(sequences, pad_id, device)
+    ids, mask = pad(sequences, pad_id, device)
     scores = torch.empty(len(sequences), dtype=torch.float32)
     matches = torch.empty(len(sequences), dtype=torch.bool)
     with in_precision:
@@ -145,6 +142,27 @@ def _scores_and_matches(
             scores[row] = log_probs.gather(1, targets[:, None]).mean()
             matches[row] = bool((log_probs.argmax(dim=-1) == targets).all())
     return scores.view(len(batch), -1), matches.view(len(batch), -1)
+
+
+def label_ids(batch: Sequence[TokenizedExample], device: torch.device) -> torch.Tensor:
+    """The token of each class, on ``device``: a batch on the single-token path shares them."""
+    return to_device(torch.tensor([c[0] for c in batch[0].candidates], device="cpu"), device)
+
+
+def single_token_scores(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """Scores (rows × classes) on the single-token path, from right-padded ``ids`` and ``mask``
+    and the classes' tokens ``labels``: each row's last real position through the output head's
+    rows for those tokens alone. Only tensor operations, none that waits for a GPU, so that
+    seedflood.algorithms.graphs can record it as a CUDA graph."""
+    backbone = model.base_model
+    head = model.get_output_embeddings()
+    with autocast(ids.device.type):
+        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        last = hidden[torch.arange(len(ids), device=ids.device), mask.sum(dim=1) - 1]
+        logits = last @ head.weight[labels].T
+    return logits.float()
 
 
 def example_losses(

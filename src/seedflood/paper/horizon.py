@@ -6,8 +6,8 @@ grids at length, which `at_length` shows beneath their short sections.
 
 Runs stopped before their end (a lent GPU's 15 minutes run out) leave a history and no results;
 their last evaluation is shown as what it is. The first-order ones among them stood at a train
-loss of exactly ln 2 (one answer for every sentence) where the same configuration trains on the
-CPU, so the section says they are suspect rather than let them speak for their learning rates.
+loss of exactly ln 2 (one answer for every sentence): on the GPU the mixing zeroed their states
+(docs/performance.md), so the section calls them void rather than let them speak for their rates.
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
 FIRST_ORDER_LOCAL_STEPS = 5  # the grid's gossip methods: 20 rounds of 5 local steps
-FULL_FIRST_ORDER = ("dsgd", "choco")  # full-parameter runs of these are suspect on a GPU
+FULL_FIRST_ORDER = ("dsgd", "choco")  # full-parameter runs of these on a GPU were broken
 SUSPECT_ON_GPU = (
-    "The full-parameter DSGD and ChocoSGD runs above are suspect, not their rates: on the GPUs "
+    "The full-parameter DSGD and ChocoSGD runs above stopped on a GPU are void, not their rates: "
     "they stood at a train loss of exactly ln 2 (or drifted apart) by step 25 at every rate tried, "
     "while the same 16-client DSGD configuration at lr 0.00125 trains on the CPU (train loss 0.489 "
-    "at step 25; `results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl`); in "
-    "the search below, full DSGD at lr 0.000625 trained all 100 steps on the CPU. "
-    "`tools/gpu_fo_check.py` tests the suspected cause on the next lent GPU."
+    "at step 25; `results/bench/gpu-fo/dsgd-cpu-16-clients-lr-0.00125.history.jsonl`). The cause, "
+    "found on an H200: torch's sparse product of the mixing matrix with the clients' states "
+    "returned zeros there (`results/bench/gpu-fo/sparse-products-h200.json`); gossip mixes with "
+    "a dense matrix on a GPU since. In the search below, full DSGD at lr 0.000625 trained all 100 "
+    "steps on the CPU."
 )
 
 

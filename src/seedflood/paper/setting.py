@@ -71,8 +71,8 @@ def portable_note(note: str) -> str:
 def device_note(runs: list[Run]) -> list[str]:
     """Which runs computed off the CPU ($SEEDFLOOD_DEVICE): the same experiment to rounding, but
     their wall times are another machine's. Full-parameter first-order gossip runs made there are
-    named as suspect (docs/performance.md: on GPUs their clients ended far closer together than on
-    the CPU, and long runs fell to a loss of exactly ln 2 where the CPU's trained)."""
+    named as void: on GPUs torch's sparse product mixed their states into zeros (fixed since;
+    docs/performance.md)."""
     elsewhere: dict[str, Counter[str]] = defaultdict(Counter)
     suspect = []
     for run in runs:
@@ -91,10 +91,10 @@ def device_note(runs: list[Run]) -> list[str]:
         for device, counts in sorted(elsewhere.items())
     ]
     caution = (
-        f" Suspect: the {len(suspect)} full-parameter DSGD and ChocoSGD runs among them "
-        f"({', '.join(sorted(suspect))}). On the GPUs DSGD's clients ended far closer together "
-        "than on the CPU, and longer first-order runs fell to a loss of exactly ln 2 where the "
-        "CPU's trained; the cause is not yet confirmed (docs/performance.md)."
+        f" Void: the {len(suspect)} full-parameter DSGD and ChocoSGD runs among them "
+        f"({', '.join(sorted(suspect))}). On the GPU torch's sparse product of the mixing matrix "
+        "with their wide states returned zeros, so each gossip step zeroed the clients' models "
+        "(found on an H200, docs/performance.md; gossip mixes with a dense matrix there since)."
         if suspect
         else ""
     )
