@@ -56,6 +56,15 @@ def test_a_horizon_grid_without_all_its_seeds_leaves_the_short_verdict(root: Pat
     assert "| not yet run |" in found_row(text, "3")  # the short grid never ran here
 
 
+def test_one_shared_seed_shows_its_difference_without_an_interval(root: Path) -> None:
+    write_subcge(root, {(32, NEVER): (0.80,), (16, NEVER): (0.74,)})
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    row = "| rank 16 against rank 32, T never | 1 | 74.0 | 80.0 | -6.0 | undecided: fewer than 2"
+    assert row in text
+    assert "rank 16 against rank 32, T never -6.0 points over 1 seed (undecided" in text
+    assert "± 0.0" not in text[text.index("## 3.") : text.index("## 4.")]
+
+
 def test_hops_at_length_decides_the_k_2_claim(root: Path) -> None:
     for seed, (two, diameter) in enumerate(((0.70, 0.80), (0.72, 0.79), (0.69, 0.81))):
         for hops, accuracy in ((2, two), (None, diameter)):

@@ -83,12 +83,15 @@ def decisive_lines(runs: Sequence[Run], pairs: Sequence[Pair], claim: str) -> li
         differences = [worse[s] - better[s] for s in seeds]
         reading = _reading(differences)
         readings.append(reading)
-        shown = f"{100 * fmean(differences):+.1f} ± {100 * interval(differences):.1f}"
+        shown = f"{100 * fmean(differences):+.1f}"
+        if len(differences) > 1:  # one seed has no interval: "± 0.0" would claim a certain one
+            shown += f" ± {100 * interval(differences):.1f}"
+        seed_word = "seed" if len(seeds) == 1 else "seeds"
         lines.append(
             f"| {pair.label} | {len(seeds)} | {pct(fmean(worse[s] for s in seeds))} "
             f"| {pct(fmean(better[s] for s in seeds))} | {shown} | {reading} |"
         )
-        findings.append(f"{pair.label} {shown} points over {len(seeds)} seeds ({reading})")
+        findings.append(f"{pair.label} {shown} points over {len(seeds)} {seed_word} ({reading})")
     hurt = readings.count("hurts")
     if not complete:
         word = "not yet decided"
