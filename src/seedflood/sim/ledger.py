@@ -21,7 +21,13 @@ from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
 from seedflood.protocol.ledger import LOG, MANIFEST, write_manifest
-from seedflood.protocol.message_log import MessageLog, keep_first, read_messages, write_messages
+from seedflood.protocol.message_log import (
+    MessageLog,
+    by_step,
+    keep_first,
+    read_messages,
+    write_messages,
+)
 from seedflood.protocol.messages import Message
 from seedflood.sim.checkpoint import CheckpointError, config_differences
 
@@ -34,7 +40,7 @@ class RunLedger:
     algorithm's checkpoint left it; ``base_hash`` is the untrained model's state hash."""
 
     def __init__(self, out: Path, config: RunConfig, algorithm: SeedFlood, base_hash: str) -> None:
-        self.path = out / LOG
+        self.path, self.in_flight_path = out / LOG, out / IN_FLIGHT
         self.config, self.algorithm, self.base_hash = config, algorithm, base_hash
         committed = algorithm.committed_count
         if committed == 0:
@@ -68,11 +74,10 @@ class RunLedger:
         """Make the log durable, and with it the messages still in flight."""
         self.log.sync()
         in_flight = self.algorithm.in_flight()
-        path = self.path.parent / IN_FLIGHT
         if in_flight:
-            write_messages(path, in_flight, self.config.scalar_format)
+            write_messages(self.in_flight_path, in_flight, self.config.scalar_format)
         else:
-            path.unlink(missing_ok=True)
+            self.in_flight_path.unlink(missing_ok=True)
 
     def close(self) -> dict[str, Any]:
         """Close the log, written anew in whole records (its framing then does not depend on
@@ -80,7 +85,7 @@ class RunLedger:
         takes."""
         self.log.close()
         keep_first(self.path, len(self.log), self.config.scalar_format)
-        (self.path.parent / IN_FLIGHT).unlink(missing_ok=True)
+        self.in_flight_path.unlink(missing_ok=True)
         manifest = self._manifest(self.algorithm.state_hash())
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
@@ -109,9 +114,9 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
             f"the ledger in {out} was written by a run with another config: "
             f"{'; '.join(differences)}. Resume with that config, or run without --resume"
         )
-    by_step = _made(out, config.clients)
+    made = _made(out, config.clients)
     steps = 0  # the steps whose every client's message is held, from the first on
-    while len(by_step.get(steps, ())) == config.clients:
+    while len(made.get(steps, ())) == config.clients:
         steps += 1
     covered = [entry for entry in history if entry["round"] * config.steps_per_round <= steps]
     rounds = covered[-1]["round"]
@@ -124,7 +129,7 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
         first = round_index * config.steps_per_round
         algorithm.replay_round(
             round_index,
-            [m for step in range(first, first + config.steps_per_round) for m in by_step[step]],
+            [m for step in range(first, first + config.steps_per_round) for m in made[step]],
         )
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
     return covered
@@ -150,10 +155,8 @@ def _made(out: Path, clients: int) -> dict[int, list[Message]]:
                 f"{out / LOG} and {in_flight} disagree on message {message.key}: they were "
                 "written by different runs; run it afresh"
             )
-    by_step: dict[int, list[Message]] = {}
-    for key in sorted(made):
-        by_step.setdefault(key[0], []).append(made[key])
-    return by_step
+    canonical = [made[key] for key in sorted(made)]
+    return {messages[0].step: messages for _, messages in by_step(canonical)}
 
 
 def replayable(algorithm: SeedFlood) -> bool:
