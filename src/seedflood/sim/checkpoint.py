@@ -280,6 +280,24 @@ def _into_memory(tensors: list[torch.Tensor], saved: dict[str, Any], fresh: dict
             tensor.set_(home, tensor.storage_offset(), tensor.size(), tensor.stride())
 
 
+CHECKPOINTS_VARIABLE = "SEEDFLOOD_CHECKPOINTS"
+
+
+def checkpoints_wanted() -> bool:
+    """Whether evaluations write checkpoints ($SEEDFLOOD_CHECKPOINTS: on, the default, or off).
+
+    An execution setting, like the device: a run on a lent GPU cannot carry its checkpoint away
+    (16 full models are 8.6 GB), so there each write only costs time. SeedFlood runs resume from
+    their ledger without one."""
+    value = os.environ.get(CHECKPOINTS_VARIABLE, "").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise ConfigError(
+            f"{CHECKPOINTS_VARIABLE}={value!r}: use 'on' (evaluations write a checkpoint that "
+            "--resume continues from) or 'off' (none: a killed first-order run starts over)"
+        )
+    return value == "on"
+
+
 def kill_point() -> tuple[int, str] | None:
     """The (round, point) at which a test asked this process to die, from the environment."""
     round_text = os.environ.get(KILL_ROUND_VARIABLE)

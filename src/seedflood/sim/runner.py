@@ -37,6 +37,7 @@ from seedflood.sim.checkpoint import (
     CheckpointDamaged,
     Progress,
     checkpoint_path,
+    checkpoints_wanted,
     kill_point,
     load_checkpoint,
     maybe_kill,
@@ -266,11 +267,12 @@ def run(
 ) -> dict[str, Any]:
     """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl.
 
-    Every evaluation also writes a checkpoint, and ``resume`` continues from it: a run killed at
-    any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
-    timing fields. A finished run also writes its trained model (``model/``, as transformers
-    saves one; the clients' average where they differ) and, for SeedFlood, its ledger
-    (``messages.log`` and ``manifest.json``: `seedflood replay` rebuilds the model from them).
+    Every evaluation also writes a checkpoint (unless $SEEDFLOOD_CHECKPOINTS is off), and
+    ``resume`` continues from it: a run killed at any point and resumed ends with the results of
+    an uninterrupted one, bit for bit but for its timing fields. A finished run also writes its
+    trained model (``model/``, as transformers saves one; the clients' average where they differ)
+    and, for SeedFlood, its ledger (``messages.log`` and ``manifest.json``: `seedflood replay`
+    rebuilds the model from them).
     The checkpoint is deleted once results.json is written, so resuming a finished run (without
     its results from ``compare``) starts it afresh.
     """
@@ -284,6 +286,7 @@ def run(
     if not resume:
         saved_at.unlink(missing_ok=True)
     kill = kill_point()
+    keep_checkpoints = checkpoints_wanted()
     report = progress or (lambda _round, _record: None)
     reset_peak_rss()
     torch.manual_seed(config.seed)
@@ -314,6 +317,8 @@ def run(
             progress_now = Progress(
                 done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
             )
+            if not keep_checkpoints:
+                return
             try:
                 save_checkpoint(saved_at, config, progress_now, algorithm)
             except (OSError, RuntimeError) as error:  # torch reports a full disk as RuntimeError
