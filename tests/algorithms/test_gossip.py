@@ -13,7 +13,13 @@ from torch import nn
 
 from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
-from seedflood.algorithms.gossip import CHUNK, Gossip, gossip_memory_bytes, mixed_chunks
+from seedflood.algorithms.gossip import (
+    CHUNK,
+    Gossip,
+    gossip_memory_bytes,
+    mixed_chunks,
+    mixing_operator,
+)
 from seedflood.config import ConfigError, RunConfig
 from seedflood.learning.models import add_lora, load_model
 from seedflood.learning.scoring import batch_loss, loss_and_correct, tokenize
@@ -273,6 +279,29 @@ def test_the_memory_estimate_is_the_measured_peak_within_ten_percent(
     measured = results["peak_rss_mb"] * 2**20
     estimate = gossip_memory_bytes(16, results["parameters"], compressed, batched=False)
     assert 0.9 < estimate / measured < 1.1
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ),
+    ],
+)
+def test_the_mixing_operator_multiplies_by_w_sparse_on_the_cpu_dense_on_a_gpu(device: str) -> None:
+    """On an H200 torch's sparse product returned zeros for states 10⁶ wide
+    (results/bench/gpu-fo/sparse-products-h200.json): a GPU mixes with the dense matrix."""
+    matrix = make_topology("ring", 6).mixing_matrix("metropolis")
+    operator = mixing_operator(matrix, torch.device(device))
+    assert operator.is_sparse == (device == "cpu")
+    states = torch.randn(6, 1 << 20, generator=torch.Generator().manual_seed(0))
+    expected = torch.from_numpy(matrix).float() @ states
+    mixed = (operator @ states.to(device)).cpu()
+    assert torch.allclose(mixed, expected, rtol=1e-6, atol=1e-6)
+    assert mixed.abs().max() > 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent one)")
