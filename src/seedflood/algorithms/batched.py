@@ -344,6 +344,7 @@ def _batched_losses(
             per_example = rows_per_example(examples)
             if (
                 graphs is not None
+                and graphs.wanted()
                 and isinstance(terms, _Terms | _Unaltered)
                 and max(per_example) == 1
             ):

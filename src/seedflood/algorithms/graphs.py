@@ -9,7 +9,7 @@ graph owns before it is replayed, and the weights are read where they lie, so th
 and commits that change them in place are seen by every replay.
 
 Only forwards in a lower precision (bf16, fp16) are replayed: in fp32 a GPU's forwards are
-bound by arithmetic, and a replay gained nothing (see `ForwardGraphs.scores`). A graph fixes its
+bound by arithmetic, and a replay gained nothing (see `ForwardGraphs.wanted`). A graph fixes its
 shapes. So a forward's rows are padded to a multiple of `ROW_STEP` (copies of
 its last row, whose scores are dropped) and its width to a multiple of `WIDTH_STEP` (pad tokens
 the mask hides), and a shape is recorded the second time it is seen, never for a shape seen
@@ -108,17 +108,11 @@ class ForwardGraphs:
         pad_id: int,
     ) -> torch.Tensor:
         """`candidate_scores` of single-token ``examples``, example i's row altered by
-        ``terms`` as segment ``segments[i]``, replayed from a graph where one fits: in a lower
-        forward precision. In fp32 an H200's forwards were bound by arithmetic, not launches, and
-        replays were slower than eager forwards (docs/performance.md): those stay eager."""
-        if forward_dtype() == "fp32":
-            terms.select_rows(segments)
-            ids, mask = pad([e.prompt for e in examples], pad_id, self._device(model))
-            return single_token_scores(model, ids, mask, label_ids(examples, ids.device))
+        ``terms`` as segment ``segments[i]``, replayed from a graph where one fits."""
         extra = -len(examples) % ROW_STEP
         prompts = [e.prompt for e in examples] + [examples[-1].prompt] * extra
         width = -(-max(len(p) for p in prompts) // WIDTH_STEP) * WIDTH_STEP
-        device = self._device(model)
+        device = model.get_output_embeddings().weight.device
         terms.select_rows(torch.cat([segments, segments[-1:].expand(extra)]))
         ids, mask = pad(prompts, pad_id, device, width)
         labels = label_ids(examples, device)
@@ -136,8 +130,11 @@ class ForwardGraphs:
         return self._run(key, inputs, forward)[: len(examples)]
 
     @staticmethod
-    def _device(model: nn.Module) -> torch.device:
-        return model.get_output_embeddings().weight.device
+    def wanted() -> bool:
+        """Whether the next forwards should go through graphs: in a lower forward precision. In
+        fp32 an H200's forwards were bound by arithmetic, not launches, and replays were slower
+        than eager forwards (docs/performance.md): those stay eager, unpadded."""
+        return forward_dtype() != "fp32"
 
     def _run(
         self,
