@@ -40,12 +40,17 @@ def failing_record(forward: Forward) -> Replay:
 
 
 def rounds_with(
-    tiny, graphs: ForwardGraphs | None, rounds: int, dtype: str = "bf16", device: str = "cpu"
+    tiny,
+    graphs: ForwardGraphs | None,
+    rounds: int,
+    dtype: str = "bf16",
+    device: str = "cpu",
+    hops: int = 3,
 ):
     """Each round's estimates (taken before it) and the final hash of a 6-client ring run with
-    hops = diameter (one update per row: the path graphs record) and 48 rows a forward, its
-    forwards in ``dtype`` on ``device``."""
-    sim = make_seedflood(tiny, make_topology("ring", 6), hops=3, batched=True)
+    48 rows a forward, its forwards in ``dtype`` on ``device``; at hops = 3, the diameter, one
+    update per row: the path graphs record."""
+    sim = make_seedflood(tiny, make_topology("ring", 6), hops=hops, batched=True)
     sim.graphs = graphs
     estimates = []
     with forward_precision(dtype), torch.device(device):  # as the runner computes rounds
@@ -98,6 +103,16 @@ def test_fp32_forwards_stay_eager_bit_for_bit(tiny) -> None:
     graphs = ForwardGraphs(record=eager_record)
     assert rounds_with(tiny, graphs, 4, "fp32") == rounds_with(tiny, None, 4, "fp32")
     assert graphs.recorded == graphs.replayed == 0 and not graphs.seen
+
+
+def test_forwards_no_graph_fits_run_unpadded_as_eager_ones(tiny) -> None:
+    """Below the diameter a row carries several updates from round 1 on, their count varying
+    between forwards: no graph fits, and those forwards are the eager path's, bit for bit, not
+    padded copies (padded, they moved the run's last bits). Round 0's rows carry one update
+    each: its one shape is recorded and replayed."""
+    graphs = ForwardGraphs(record=eager_record)
+    assert rounds_with(tiny, graphs, 4, hops=1) == rounds_with(tiny, None, 4, hops=1)
+    assert graphs.recorded == graphs.replayed == len(graphs.seen) == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA graphs")

@@ -29,7 +29,13 @@ import torch
 from torch import nn
 
 from seedflood.learning.precision import forward_dtype
-from seedflood.learning.scoring import TokenizedExample, label_ids, pad, single_token_scores
+from seedflood.learning.scoring import (
+    TokenizedExample,
+    candidate_scores,
+    label_ids,
+    pad,
+    single_token_scores,
+)
 
 ROW_STEP = 64
 WIDTH_STEP = 16
@@ -117,8 +123,9 @@ class ForwardGraphs:
         ids, mask = pad(prompts, pad_id, device, width)
         labels = label_ids(examples, device)
         pairs = terms.graph_inputs()
-        if pairs is None:
-            return single_token_scores(model, ids, mask, labels)[: len(examples)]
+        if pairs is None:  # no graph fits: the forward eager batching would run, unpadded
+            terms.select_rows(segments)
+            return candidate_scores(model, examples, pad_id)
         epoch, tensors = pairs
         inputs = {"ids": ids, "mask": mask, "labels": labels, **tensors}
         key = (epoch, *((name, tuple(t.shape), t.dtype) for name, t in inputs.items()))
