@@ -116,16 +116,16 @@ class ForwardGraphs:
         """`candidate_scores` of single-token ``examples``, example i's row altered by
         ``terms`` as segment ``segments[i]``, replayed from a graph where one fits."""
         extra = -len(examples) % ROW_STEP
-        prompts = [e.prompt for e in examples] + [examples[-1].prompt] * extra
-        width = -(-max(len(p) for p in prompts) // WIDTH_STEP) * WIDTH_STEP
-        device = model.get_output_embeddings().weight.device
         terms.select_rows(torch.cat([segments, segments[-1:].expand(extra)]))
-        ids, mask = pad(prompts, pad_id, device, width)
-        labels = label_ids(examples, device)
         pairs = terms.graph_inputs()
         if pairs is None:  # no graph fits: the forward eager batching would run, unpadded
             terms.select_rows(segments)
             return candidate_scores(model, examples, pad_id)
+        prompts = [e.prompt for e in examples] + [examples[-1].prompt] * extra
+        width = -(-max(len(p) for p in prompts) // WIDTH_STEP) * WIDTH_STEP
+        device = model.get_output_embeddings().weight.device
+        ids, mask = pad(prompts, pad_id, device, width)
+        labels = label_ids(examples, device)
         epoch, tensors = pairs
         inputs = {"ids": ids, "mask": mask, "labels": labels, **tensors}
         key = (epoch, *((name, tuple(t.shape), t.dtype) for name, t in inputs.items()))
