@@ -342,6 +342,7 @@ def _batched_losses(
             examples = [example for _, example in chunk]
             example_segments = torch.tensor([s for s, _ in chunk], device="cpu")
             per_example = rows_per_example(examples)
+            scores = None
             if (
                 graphs is not None
                 and graphs.wanted()
@@ -349,7 +350,7 @@ def _batched_losses(
                 and max(per_example) == 1
             ):
                 scores = graphs.scores(model, terms, examples, example_segments, pad_id)
-            else:
+            if scores is None:
                 rows = torch.tensor(per_example, device="cpu")
                 terms.select_rows(example_segments.repeat_interleave(rows))
                 scores = candidate_scores(model, examples, pad_id)

@@ -29,13 +29,7 @@ import torch
 from torch import nn
 
 from seedflood.learning.precision import forward_dtype
-from seedflood.learning.scoring import (
-    TokenizedExample,
-    candidate_scores,
-    label_ids,
-    pad,
-    single_token_scores,
-)
+from seedflood.learning.scoring import TokenizedExample, label_ids, pad, single_token_scores
 
 ROW_STEP = 64
 WIDTH_STEP = 16
@@ -112,15 +106,15 @@ class ForwardGraphs:
         examples: Sequence[TokenizedExample],
         segments: torch.Tensor,
         pad_id: int,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | None:
         """`candidate_scores` of single-token ``examples``, example i's row altered by
-        ``terms`` as segment ``segments[i]``, replayed from a graph where one fits."""
+        ``terms`` as segment ``segments[i]``, replayed from a graph; None where no graph fits
+        (several updates a row), for the caller's eager forward, unpadded."""
         extra = -len(examples) % ROW_STEP
         terms.select_rows(torch.cat([segments, segments[-1:].expand(extra)]))
         pairs = terms.graph_inputs()
-        if pairs is None:  # no graph fits: the forward eager batching would run, unpadded
-            terms.select_rows(segments)
-            return candidate_scores(model, examples, pad_id)
+        if pairs is None:
+            return None
         prompts = [e.prompt for e in examples] + [examples[-1].prompt] * extra
         width = -(-max(len(p) for p in prompts) // WIDTH_STEP) * WIDTH_STEP
         device = model.get_output_embeddings().weight.device
