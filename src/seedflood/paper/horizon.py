@@ -133,8 +133,8 @@ def _measured_so_far(runs: list[Run]) -> str:
     with its 95% interval, SeedFlood against each other method run so far (Welch's test on the
     seeds, so only where both sides have two or more), and SeedFlood's mean as a share of
     DSGD's, the paper's headline number, so that a verdict still waiting for its rivals reports
-    its numbers. SeedFlood's ring seeds stand for both topologies: with
-    hops = diameter its meshgrid runs end on the same state hash."""
+    its numbers. SeedFlood's ring seeds stand for both topologies: with hops = diameter its
+    meshgrid runs end on the same state hash."""
     groups: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for run in runs:
         groups[run.group].append(run.results["accuracy"])
