@@ -152,6 +152,15 @@ def peer(
             "STATE_DIR/public.key). Without it the run is open to any key"
         ),
     ] = None,
+    patience: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to wait for a member that sends nothing before proposing its removal. "
+            "The wait is never shorter than 10 round times or 18 s; raise it where a crashed "
+            "peer takes longer than that to restart",
+        ),
+    ] = 0.0,
     set_: SetOption = None,
 ) -> None:
     """One SeedFlood client in this process, training with the run's other peers."""
@@ -174,6 +183,7 @@ def peer(
         evaluate=evaluate,
         device=device,
         allowed=allowed,
+        patience=patience,
     )
 
     def show(done: int, record: dict[str, Any]) -> None:

@@ -38,19 +38,23 @@ def test_subcge_at_length_reads_each_pair_on_shared_seeds(root: Path) -> None:
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     subcge = text[text.index("## 3.") : text.index("## 4.")]
     # -0.06 ± t(0.975, 2) 4.303 × 0.01 / √3; +0.0067 ± 4.303 × 0.01528 / √3
-    assert "| rank 16 against rank 32, T never | 3 | 74.0 | 80.0 | -6.0 ± 2.5 | hurts |" in subcge
-    assert "| T = 3 steps (1%) against T never, rank 32 | 3 | 80.7 | 80.0 | +0.7 ± 3.8 " in subcge
-    assert "| not told apart |" in subcge
+    row = "| rank 16 against rank 32, T never | 3 | 74.0 | 80.0 | -6.0 ± 2.5 | 3 of 3 | hurts |"
+    assert row in subcge
+    row = "| T = 3 steps (1%) against T never, rank 32 | 3 | 80.7 | 80.0 | +0.7 ± 3.8 | 1 of 3 |"
+    assert f"{row} not told apart |" in subcge
     assert "**Verdict at the papers' horizon: partly** (the paper's rank below 32" in subcge
     row = found_row(text, "3")
     assert "| partly | at the papers' horizon: rank 16 against rank 32, T never -6.0 ± 2.5" in row
+    assert "-6.0 ± 2.5 points over 3 seeds, lower on 3 of 3 (hurts)" in row
 
 
 def test_a_horizon_grid_without_all_its_seeds_leaves_the_short_verdict(root: Path) -> None:
     write_subcge(root, {(32, NEVER): (0.80, 0.82), (16, NEVER): (0.74, 0.77)})
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
-    assert "| rank 16 against rank 32, T never | 2 | 75.5 | 81.0 | -5.5 ± 6.4 | not told" in text
-    assert "| T = 3 steps (1%) against T never, rank 32 | 0 | – | – | – | not yet run |" in text
+    assert (
+        "| rank 16 against rank 32, T never | 2 | 75.5 | 81.0 | -5.5 ± 6.4 | 2 of 2 | not" in text
+    )
+    assert "| T = 3 steps (1%) against T never, rank 32 | 0 | – | – | – | – | not yet run |" in text
     assert "**Verdict at the papers' horizon: not yet decided**" in text
     assert "T = 3 steps (1%) against T never, rank 32: not yet run." in text
     assert "| not yet run |" in found_row(text, "3")  # the short grid never ran here
@@ -59,9 +63,12 @@ def test_a_horizon_grid_without_all_its_seeds_leaves_the_short_verdict(root: Pat
 def test_one_shared_seed_shows_its_difference_without_an_interval(root: Path) -> None:
     write_subcge(root, {(32, NEVER): (0.80,), (16, NEVER): (0.74,)})
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
-    row = "| rank 16 against rank 32, T never | 1 | 74.0 | 80.0 | -6.0 | undecided: fewer than 2"
+    row = "| rank 16 against rank 32, T never | 1 | 74.0 | 80.0 | -6.0 | 1 of 1 | undecided: fewer"
     assert row in text
-    assert "rank 16 against rank 32, T never -6.0 points over 1 seed (undecided" in text
+    assert (
+        "rank 16 against rank 32, T never -6.0 points over 1 seed, lower on 1 of 1 (undecided"
+        in text
+    )
     assert "± 0.0" not in text[text.index("## 3.") : text.index("## 4.")]
 
 

@@ -42,6 +42,7 @@ from seedflood.peers.p2p import (
     Link,
     OpenGate,
 )
+from seedflood.peers.removals import Removal
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.antientropy import MAX_GAP_BYTES, decode_digest
 from seedflood.protocol.messages import Message
@@ -85,11 +86,13 @@ def keys() -> list[Ed25519PrivateKey]:
     return [Ed25519PrivateKey.generate() for _ in PEERS]
 
 
-def exchange_of(tiny, keys, root: Path, cond: threading.Condition | None = None) -> Exchange:
-    """Client 0 of a 3-client run, one step per round, staleness 0, on a fake network."""
+def exchange_of(
+    tiny, keys, root: Path, cond: threading.Condition | None = None, me: int = 0
+) -> Exchange:
+    """Client ``me`` of a 3-client run, one step per round, staleness 0, on a fake network."""
     model = tiny[0]
     state = PeerState(
-        me=0,
+        me=me,
         members=Members.initial(PEERS, [public_hex(k) for k in keys]),
         model=model,
         direction=make_direction("subcge", model, rank=8, refresh=3, run_seed=11),
@@ -115,8 +118,8 @@ def exchange_of(tiny, keys, root: Path, cond: threading.Condition | None = None)
         door=door,
         store=BatchStore(root / "state" / "batches.jsonl"),
         context=RUN,
-        signing_key=keys[0],
-        quorum=quorum_of(cond, state, door, RUN, keys[0]),
+        signing_key=keys[me],
+        quorum=quorum_of(cond, state, door, RUN, keys[me]),
     )
 
 
@@ -314,6 +317,40 @@ def test_a_sync_request_from_a_non_member_gets_no_reply(tiny, keys, tmp_path) ->
     reply = Frame.decode(bytes(writer.data[8:]))
     assert [sig[:2] for sig in reply.header["sigs"]] == [[1, 0]]
     assert link.counters.sent[SYNC_PROTOCOL] == len(writer.data) - 8
+
+
+def test_a_removed_member_that_pulls_gets_the_steps_before_its_removal_and_the_removal(
+    tiny, keys, tmp_path
+) -> None:
+    # a restarted peer the others removed while it was down must learn why nobody waits for it
+    exchange = exchange_of(tiny, keys, tmp_path / "member")
+    held = [signed(keys[1], 1, 0), signed(keys[2], 2, 0), signed(keys[1], 1, 1)]
+    exchange.take("peer-1", frame_of(held))
+    removal = Removal(2, 1).signed(keys[0], RUN, by=0).signed(keys[1], RUN, by=1)
+    with exchange.cond:
+        assert exchange.quorum.take([removal]) == [removal]
+    link = link_of({SYNC_PROTOCOL: exchange.on_sync, FLOOD_PROTOCOL: exchange.on_flood})
+    link.gate = exchange
+    request = wired(Frame({"since": 0}).encode())
+    writer, _ = serve(link, SYNC_PROTOCOL, "peer-2", request)
+    reply = Frame.decode(bytes(writer.data[8:]))
+    assert [sig[:2] for sig in reply.header["sigs"]] == [[1, 0], [2, 0]]  # not step 1's
+    assert reply.header["removals"] == [removal.to_wire()]
+    # a member still gets step 1; the removed one's pushes are refused unread, and a
+    # stranger's pull gets nothing
+    member = Frame.decode(bytes(serve(link, SYNC_PROTOCOL, "peer-1", request)[0].data[8:]))
+    assert [sig[:2] for sig in member.header["sigs"]] == [[1, 0], [2, 0], [1, 1]]
+    flood = wired(frame_of([signed(keys[2], 2, 1)]).encode())
+    assert serve(link, FLOOD_PROTOCOL, "peer-2", flood)[0].data == b""
+    assert serve(link, SYNC_PROTOCOL, "stranger", request)[0].data == b""
+    assert exchange.door.rejected["not_member_caller"] == 2
+    # the removed peer takes the steps before its removal, and the removal as its own, which
+    # leaves its own seat and state alone (it stops; it does not depart from itself)
+    removed = exchange_of(tiny, keys, tmp_path / "removed", me=2)
+    removed.link.reply = bytes(writer.data[8:])
+    assert removed.pull(["peer-0"]) == 2
+    assert removed.quorum.removal_of_me() == removal
+    assert removed.state.members.seats[2].gone_from is None and not removed.state.divergences
 
 
 def test_a_sync_reply_is_capped_at_the_window_and_the_frame_cap(

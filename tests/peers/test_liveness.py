@@ -1,6 +1,7 @@
 """Liveness among real peers: one member that goes silent (alive, its DHT record renewed, no
 messages) is removed by a signed majority of the others, who finish on one model, delayed by
-a bounded wait; one that equivocates is removed with the evidence, without a wait."""
+a bounded wait; one that equivocates is removed with the evidence, without a wait, and is told
+so, and stops."""
 
 from __future__ import annotations
 
@@ -25,14 +26,19 @@ def run_with_one_faulty(
     config_file: Path, root: Path, peers_n: int, faulty: int, fault: dict[str, str]
 ) -> list[Path]:
     """Run ``peers_n`` paced peers, peer ``faulty`` with the ``fault`` environment, until every
-    other one has finished (each with exit code 0); their directories."""
+    other one has finished (each with exit code 0); their directories. A faulty peer that still
+    pulls learns of its removal and stops with exit code 2 (an error); a silent one never
+    hears of it."""
     with PacedPeers(config_file, root.name, root) as peers:
         for k in range(peers_n):
             peers.start(k, fault if k == faulty else None)
         for k in range(peers_n):
             if k != faulty:
                 assert peers.processes[k].wait(timeout=900) == 0
-        assert peers.processes[faulty].poll() is None  # still alive: it misbehaves, not crashes
+        if SILENT_VARIABLE in fault:
+            assert peers.processes[faulty].poll() is None  # alive: it misbehaves, not crashes
+        else:
+            assert peers.processes[faulty].wait(timeout=120) == 2  # an error, told
     for k in range(peers_n):  # nobody waited for the removed member, which never finishes
         assert k == faulty or "stopped waiting" not in (peers.dir(k) / "peer.log").read_text()
     return [peers.dir(k) for k in range(peers_n)]
@@ -97,6 +103,9 @@ def test_an_equivocating_member_is_removed_with_its_evidence_and_nothing_else_di
             (index, cut, lie_round)
         ]
         assert peer["longest_stall_seconds"] < 30.0
+    told = " ".join((dirs[liar] / "peer.log").read_text().split())
+    why = f"it signed two versions of its batch of round {lie_round}"
+    assert f"client {index} was removed from the run from step {cut}: {why}" in told, told[-2000:]
     # the survivors differ in nothing but the version of the lie each committed first
     lies, hashes = [], []
     for directory, peer in zip(survivors, results, strict=True):

@@ -66,10 +66,12 @@ def decisive_lines(runs: Sequence[Run], pairs: Sequence[Pair], claim: str) -> li
     pair's first setting hurts): reproduced when all do, not when none does."""
     lines = [
         "Decisive cells, seed by seed (difference: the first setting's test accuracy minus the "
-        "second's on the seeds both ran, mean ± its 95% paired t-interval):",
+        "second's on the seeds both ran, mean ± its 95% paired t-interval; and on how many of "
+        "those seeds the first was lower, a sign that no interval needs):",
         "",
-        "| comparison | seeds | first (%) | second (%) | difference (points) | reading |",
-        "|---|---|---|---|---|---|",
+        "| comparison | seeds | first (%) | second (%) | difference (points) | first lower on "
+        "| reading |",
+        "|---|---|---|---|---|---|---|",
     ]
     findings, readings, complete = [], [], True
     for pair in pairs:
@@ -77,7 +79,7 @@ def decisive_lines(runs: Sequence[Run], pairs: Sequence[Pair], claim: str) -> li
         seeds = sorted(worse.keys() & better.keys())
         complete &= len(seeds) >= SEEDS
         if not seeds:
-            lines.append(f"| {pair.label} | 0 | – | – | – | not yet run |")
+            lines.append(f"| {pair.label} | 0 | – | – | – | – | not yet run |")
             findings.append(f"{pair.label}: not yet run")
             continue
         differences = [worse[s] - better[s] for s in seeds]
@@ -87,11 +89,15 @@ def decisive_lines(runs: Sequence[Run], pairs: Sequence[Pair], claim: str) -> li
         if len(differences) > 1:  # one seed has no interval: "± 0.0" would claim a certain one
             shown += f" ± {100 * interval(differences):.1f}"
         seed_word = "seed" if len(seeds) == 1 else "seeds"
+        lower = f"{sum(d < 0 for d in differences)} of {len(seeds)}"
         lines.append(
             f"| {pair.label} | {len(seeds)} | {pct(fmean(worse[s] for s in seeds))} "
-            f"| {pct(fmean(better[s] for s in seeds))} | {shown} | {reading} |"
+            f"| {pct(fmean(better[s] for s in seeds))} | {shown} | {lower} | {reading} |"
         )
-        findings.append(f"{pair.label} {shown} points over {len(seeds)} {seed_word} ({reading})")
+        findings.append(
+            f"{pair.label} {shown} points over {len(seeds)} {seed_word}, lower on {lower} "
+            f"({reading})"
+        )
     hurt = readings.count("hurts")
     if not complete:
         word = "not yet decided"

@@ -126,16 +126,29 @@ class Exchange:
 
     def refusal(self, caller: str, protocol: str) -> Refusal | None:
         """Banned callers are not heard at all; on flood and sync only live members are (a
-        joiner is not one yet, so joins are open to anyone else)."""
+        joiner is not one yet, so joins are open to anyone else), except that a member the
+        quorum removed may still pull: it is answered with the batches of the steps before its
+        removal and the removal itself (`on_sync`), so that it stops once it made its last
+        messages instead of waiting forever on steps it no longer takes part in."""
         if caller in self.door.banned:
             return Refusal.BANNED_CALLER
-        if protocol != JOIN_PROTOCOL and caller not in self._member_ids():
-            return Refusal.NOT_MEMBER_CALLER
-        return None
+        if protocol == JOIN_PROTOCOL or caller in self._member_ids():
+            return None
+        if protocol == SYNC_PROTOCOL and self._removal_of(caller) is not None:
+            return None
+        return Refusal.NOT_MEMBER_CALLER
 
     def _member_ids(self) -> set[str]:
         seats = list(self.state.members.seats.values())  # a snapshot, without the node's lock
         return {seat.peer_id for seat in seats if seat.gone_from is None}
+
+    def _removal_of(self, caller: str) -> Removal | None:
+        """The decided removal of the seat ``caller`` held, if the quorum removed it."""
+        seats = dict(self.state.members.seats)  # a snapshot, without the node's lock
+        decided = list(self.quorum.decided.values())
+        return next(
+            (r for r in decided if r.index in seats and seats[r.index].peer_id == caller), None
+        )
 
     def cap(self, protocol: str, reply: bool) -> int:
         """Joins have fixed caps; flood and sync frames are capped by a window of every
@@ -253,6 +266,9 @@ class Exchange:
         anti-entropy, so a lossy link costs what was lost, and no request costs more."""
         request = Frame.decode(data)
         since, until = _pull_range(request.header)
+        removed = self._removal_of(caller)
+        if removed is not None:  # a member until its removal: it gets no step after that
+            until = min(until, removed.from_step - 1)
         held = decode_digest(request.body) if request.body else None
         if (
             held is not None

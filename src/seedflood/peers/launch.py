@@ -82,6 +82,7 @@ def peer_command(
     pace: float = 0.0,
     evaluate: bool = True,
     allow: Path | None = None,
+    patience: float = 0.0,
 ) -> list[str]:
     command = [sys.executable, "-m", "seedflood", "peer", str(config_file), "--run-id", run_id]
     command += ["--state-dir", str(directory / "state"), "--out", str(directory)]
@@ -95,6 +96,8 @@ def peer_command(
         command += ["--pace", str(pace)]
     if not evaluate:
         command.append("--no-evaluate")
+    if patience:
+        command += ["--patience", str(patience)]
     return command
 
 

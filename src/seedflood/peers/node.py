@@ -129,6 +129,7 @@ class Node(PeerRecords):
         self.history: list[dict[str, Any]] = []
         self.stopping = threading.Event()
         self.longest_stall = 0.0
+        self.made_messages = False  # in this process: a restart starts with none
         self.last_removal = time.monotonic()
 
     # -- start-up -----------------------------------------------------------------------------
@@ -204,10 +205,7 @@ class Node(PeerRecords):
         self.exchange.restore()
         self.seating.seated(self.state, self.door)
         if self.state.members.seats[me].gone_from is not None:
-            raise PeerError(
-                f"client {me} was declared gone from step {self.state.members.seats[me].gone_from}"
-                "; start it with a new state dir to join the run again"
-            )
+            raise _removed(me, self.state.members.seats[me].gone_from, self.options)
         self.link.start()
         if self.state.replayed:
             self.say(f"client {me}: replayed {self.state.replayed} logged messages")
@@ -257,8 +255,11 @@ class Node(PeerRecords):
                 settled = self.exchange.settled() if self.door.waiting else []
                 targets = dict(self.seating.neighbors)
                 finished = ready() or self.state.tripped is not None
-                if not finished and not settled and not caught:
+                removed = self._owes_nothing()
+                if not finished and not settled and not caught and not removed:
                     self.cond.wait(0.05)
+            if removed:
+                self._leave()
             if settled:
                 self.exchange.push(targets, settled, [])
             if caught:  # an equivocator is removed at once, not after a stall
@@ -271,7 +272,9 @@ class Node(PeerRecords):
                 last_pull = time.monotonic()
             with self.cond:
                 self.quorum.patience = max(
-                    self.options.silent_rounds * typical, 3 * self.options.ttl
+                    self.options.silent_rounds * typical,
+                    3 * self.options.ttl,
+                    self.options.patience,
                 )
             if now - self.last_removal > max(typical, 1.0):  # across waits: retries go on
                 self._remove_stalling(now)
@@ -283,6 +286,31 @@ class Node(PeerRecords):
                     f"waiting for {what}: step {self.state.committed_step + 1} lacks {missing}"
                 )
                 last_note = now
+
+    def _next_round(self) -> int:
+        """The first round whose messages this client has not made yet."""
+        seat = self.state.members.seats[self.state.me]
+        return max(self.state.own_rounds_done(), self.state.round_of(seat.first_step))
+
+    def _owes_nothing(self) -> bool:
+        """Whether the quorum removed this client and it made every message before the step
+        its removal starts at: up to that step it is still a member, and makes and serves its
+        messages."""
+        removal = self.quorum.removal_of_me()
+        return removal is not None and self._next_round() * self.local_steps >= removal.from_step
+
+    def _leave(self) -> None:
+        """Stop a client whose seat the quorum closed, once it made every message it owes. One
+        that made messages in this process first serves the others until they finish (its
+        last ones reach them by their pulls: they no longer hear its pushes); one restarted
+        after its removal owes nothing and stops at once."""
+        if self.made_messages:
+            self.seating.finish()
+            self._linger()
+        removal = self.quorum.removal_of_me()
+        assert removal is not None
+        evidence = removal.evidence.round if removal.evidence else None
+        raise _removed(self.state.me, removal.from_step, self.options, evidence)
 
     def _remove_stalling(self, now: float) -> None:
         """Propose removing the members this peer has waited on too long (after one more pull,
@@ -335,11 +363,11 @@ class Node(PeerRecords):
         silent = fault_round(SILENT_VARIABLE, "silent from", self.say)
         equivocate = fault_round(EQUIVOCATE_VARIABLE, "equivocating in", self.say)
         hostile = fault_round(HOSTILE_VARIABLE, "attacking in", self.say)
-        next_round = max(
-            state.own_rounds_done(), state.round_of(state.members.seats[state.me].first_step)
-        )
+        next_round = self._next_round()
         round_started = time.monotonic()
         while next_round < config.rounds and state.tripped is None:
+            if self._owes_nothing():
+                self._leave()
             self._wait(lambda r=next_round: state.ready_for(r), f"round {next_round}")
             if state.tripped is not None:
                 break
@@ -347,6 +375,7 @@ class Node(PeerRecords):
                 self.stopping.wait()  # alive, its DHT record renewed, sending nothing
                 break
             messages, losses = state.originate(next_round, guard=self.cond)
+            self.made_messages = True
             with self.cond:
                 self.cond.notify_all()  # a joiner's sponsor waits for its admission to be sent
                 targets = dict(self.seating.neighbors)
@@ -412,6 +441,23 @@ class Node(PeerRecords):
             self.dht.shutdown()
         if hasattr(self, "runner"):
             self.runner.stop()
+
+
+def _removed(
+    me: int, from_step: int, options: PeerOptions, evidence_round: int | None = None
+) -> PeerError:
+    """Why a peer whose seat the quorum closed stops, and what its operator can do."""
+    why = (
+        f"it signed two versions of its batch of round {evidence_round}"
+        if evidence_round is not None
+        else "the other members waited for its messages longer than they wait for a silent "
+        "member (--patience)"
+    )
+    return PeerError(
+        f"client {me} was removed from the run from step {from_step}: {why}, and a majority of "
+        f"them signed its removal. Start it with a new state dir (not {options.state_dir}) to "
+        "join the run again"
+    )
 
 
 def run_peer(

@@ -55,6 +55,9 @@ class PeerOptions:
     allowed: frozenset[str] | None = None
     # Typical round times to wait for a member that sends nothing before proposing its removal.
     silent_rounds: float = 10.0
+    # The least that wait may be, in seconds: a run whose crashed peers restart slowly (a large
+    # model to load) raises it, so the others do not remove a peer that is on its way back.
+    patience: float = 0.0
 
 
 def fault_round(variable: str, doing: str, say: Say) -> int | None:

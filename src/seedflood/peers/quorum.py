@@ -123,11 +123,18 @@ class Quorum:
                 self.counts["undecided_removal"] += 1
                 continue
             self.decided[removal.index] = removal
+            if removal.index == self.state.me:  # the node stops: its state no longer matters
+                self.say(f"this client was removed from step {removal.from_step} by quorum")
+                continue
             self.promised.discard(removal.index)
             self.state.depart(removal.index, removal.from_step)
             self.say(f"client {removal.index} removed from step {removal.from_step} by quorum")
             news.append(removal)
         return news
+
+    def removal_of_me(self) -> Removal | None:
+        """The decided removal of this peer's own seat, once it heard of it."""
+        return self.decided.get(self.state.me)
 
     def record(self) -> dict[str, Any]:
         """What results.json says of removals: each decided one with its signers, the wire
