@@ -70,7 +70,7 @@ def test_a_silent_member_is_removed_by_a_majority_and_the_rest_agree(
     tiny,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    cluster, _, quorums = _run(tiny, tmp_path)
+    cluster, keys, quorums = _run(tiny, tmp_path)
     for round_index in range(2):
         cluster.round(round_index)
     cluster.round(2, who=[0, 1, 2, 3])  # client 4 goes silent
@@ -84,6 +84,10 @@ def test_a_silent_member_is_removed_by_a_majority_and_the_rest_agree(
     # a voter that has not waited half the patience itself refuses to sign
     quorums[3].stalled_since = 18.0
     quorums[0].propose()
+    # a promise is not a decision: the proposer commits nothing from the removal's step on
+    # until a majority signed (a proposer cut off from the others would go on alone)
+    held = cluster.states[0].committed_step
+    assert cluster.states[0].commit() == 0 and held == 2 * cluster.states[0].local_steps - 1
     asked: list[int] = []
     decided = quorums[0].gather(quorums[0].open[SILENT], _ask(quorums, 0, asked))
     assert decided is not None and decided.signers(quorums[0].context, quorums[0]._key_of) == {
@@ -99,6 +103,21 @@ def test_a_silent_member_is_removed_by_a_majority_and_the_rest_agree(
         removals, bad = read_removals(found)
         quorums[i].take(removals)
         assert bad == 0 and SILENT in quorums[i].decided
+    # a restart forgets decisions: client 3's departures (from members.json) hold its commits
+    # back until a decision comes again, in a sync reply
+    cluster.states[3].undecided.clear()
+    restarted = Quorum(
+        cond=threading.Condition(),
+        state=cluster.states[3],
+        door=SimpleNamespace(banned={}),
+        context=quorums[3].context,
+        signing_key=keys[3],
+        say=lambda text: None,
+        live_ids=quorums[3].live_ids,
+    )
+    assert cluster.states[3].undecided == {SILENT: 2 * cluster.states[3].local_steps}
+    assert cluster.states[3].commit() == 0
+    assert restarted.take(removals) == removals and cluster.states[3].undecided == {}
     states = [cluster.states[i] for i in range(4)]
     assert all(s.members.seats[SILENT].gone_from == 2 * s.local_steps for s in states)
     for state in states:

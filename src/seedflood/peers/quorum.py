@@ -80,6 +80,13 @@ class Quorum:
         # members still vote and sign, since a promise is not a decision.
         self.promised: set[int] = set()
         self.counts: Counter[str] = Counter()
+        # A restarted peer knows its departures (members.json) but not the decisions behind
+        # them, which only the others' replies bring back: until then each counts as undecided.
+        self.state.undecided.update(
+            (i, seat.gone_from)
+            for i, seat in state.members.seats.items()
+            if seat.gone_from is not None
+        )
         self.stalled_since = time.monotonic()
         self.patience = float("inf")
 
@@ -105,8 +112,10 @@ class Quorum:
 
     def _promise(self, index: int, from_step: int) -> None:
         """Take ``index`` as gone from ``from_step`` before the removal is decided: this peer
-        never commits a message the removal would cut off."""
+        never commits a message the removal would cut off, nor a step from there on until the
+        removal is decided."""
         self.state.depart(index, from_step)
+        self.state.undecided[index] = from_step
         self.promised.add(index)
 
     def _is_decided(self, removal: Removal) -> bool:
@@ -127,6 +136,8 @@ class Quorum:
                 self.say(f"this client was removed from step {removal.from_step} by quorum")
                 continue
             self.promised.discard(removal.index)
+            if self.state.undecided.get(removal.index) == removal.from_step:
+                del self.state.undecided[removal.index]  # a promise of another step stays open
             self.state.depart(removal.index, removal.from_step)
             self.say(f"client {removal.index} removed from step {removal.from_step} by quorum")
             news.append(removal)

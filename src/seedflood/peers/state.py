@@ -165,6 +165,10 @@ class PeerState:
         self.hashes: dict[int, str] = {}
         self.claims: dict[int, dict[int, str]] = {}
         self.divergences: list[str] = []
+        # Removals this peer promised and has not seen decided, by client: their step. No step
+        # from there on commits before the decision, so a peer cut off from the majority, which
+        # promises to remove everyone it cannot hear, stalls instead of going on alone.
+        self.undecided: dict[int, int] = {}
         self.saturated = 0
         self.refused_admissions = 0
         self.committed: list[Message] = []
@@ -378,6 +382,8 @@ class PeerState:
         before = self.committed_step
         while self.tripped is None:
             step = self.committed_step + 1
+            if any(step >= held_from for held_from in self.undecided.values()):
+                break
             expected = self.members.expected(step)
             held = self.pending.get(step, {})
             if not expected or any(index not in held for index in expected):
