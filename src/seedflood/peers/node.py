@@ -54,6 +54,7 @@ from seedflood.peers.p2p import (
 )
 from seedflood.peers.peer_results import PeerRecords
 from seedflood.peers.quorum import DECIDE_PROTOCOL, Quorum
+from seedflood.peers.removals import Removal
 from seedflood.peers.seats import Seating, start_dht
 from seedflood.peers.state import Members, PeerState
 from seedflood.protocol.clipping import ScalarClip
@@ -309,8 +310,7 @@ class Node(PeerRecords):
             self._linger()
         removal = self.quorum.removal_of_me()
         assert removal is not None
-        evidence = removal.evidence.round if removal.evidence else None
-        raise _removed(self.state.me, removal.from_step, self.options, evidence)
+        raise _removed(self.state.me, removal.from_step, self.options, removal)
 
     def _remove_stalling(self, now: float) -> None:
         """Propose removing the members this peer has waited on too long (after one more pull,
@@ -444,19 +444,25 @@ class Node(PeerRecords):
 
 
 def _removed(
-    me: int, from_step: int, options: PeerOptions, evidence_round: int | None = None
+    me: int, from_step: int, options: PeerOptions, removal: Removal | None = None
 ) -> PeerError:
-    """Why a peer whose seat the quorum closed stops, and what its operator can do."""
-    why = (
-        f"it signed two versions of its batch of round {evidence_round}"
-        if evidence_round is not None
-        else "the other members waited for its messages longer than they wait for a silent "
-        "member (--patience)"
-    )
+    """Why a peer whose seat the quorum closed stops, and what its operator can do; without
+    the ``removal`` itself (a restart that finds only its departure on disk), why is unknown."""
+    if removal is None:
+        why = "a majority of the other members signed its removal"
+    elif removal.evidence is not None:
+        why = (
+            f"it signed two versions of its batch of round {removal.evidence.round}, and a "
+            "majority of the other members signed its removal"
+        )
+    else:
+        why = (
+            "the other members waited for its messages longer than they wait for a silent "
+            "member (--patience), and a majority of them signed its removal"
+        )
     return PeerError(
-        f"client {me} was removed from the run from step {from_step}: {why}, and a majority of "
-        f"them signed its removal. Start it with a new state dir (not {options.state_dir}) to "
-        "join the run again"
+        f"client {me} was removed from the run from step {from_step}: {why}. Start it with a "
+        f"new state dir (not {options.state_dir}) to join the run again"
     )
 
 
