@@ -170,17 +170,26 @@ def _equivocation(cluster: Cluster, quorums: dict[int, Quorum], key: Ed25519Priv
     return first, SignedBatch(EQUIVOCATOR, 1, negated).sign(key, context)
 
 
+HONEST = [0, 1, 2, 3]
+
+
+def _lied_in_round_1(tiny, tmp_path: Path):  # noqa: F811
+    """A run whose client 4 signed two versions of round 1; the honest peers committed round 0
+    and made round 1 holding the first version. The run, its quorums and both versions."""
+    cluster, keys, quorums = _run(tiny, tmp_path, doors=True)
+    cluster.round(0)
+    first, second = _equivocation(cluster, quorums, keys[EQUIVOCATOR])
+    cluster.deliver(EQUIVOCATOR, first.messages)
+    cluster.round(1, who=HONEST)
+    return cluster, quorums, first, second
+
+
 @pytest.mark.slow
 def test_an_equivocator_is_removed_with_its_evidence_and_the_rest_agree(
     tiny,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    cluster, keys, quorums = _run(tiny, tmp_path, doors=True)
-    honest = [0, 1, 2, 3]
-    cluster.round(0)
-    first, second = _equivocation(cluster, quorums, keys[EQUIVOCATOR])
-    cluster.deliver(EQUIVOCATOR, first.messages)
-    cluster.round(1, who=honest)
+    cluster, quorums, first, second = _lied_in_round_1(tiny, tmp_path)
     # client 0 gets both versions: its door keeps the evidence (and bans no one)
     door = quorums[0].door
     members, context = cluster.states[0].members, quorums[0].context
@@ -211,13 +220,56 @@ def test_an_equivocator_is_removed_with_its_evidence_and_the_rest_agree(
     for round_index in range(
         removal.from_step // local_steps, removal.from_step // local_steps + 2
     ):
-        cluster.round(round_index, who=honest)
-    states = [cluster.states[i] for i in honest]
+        cluster.round(round_index, who=HONEST)
+    states = [cluster.states[i] for i in HONEST]
     assert len({s.state_hash() for s in states}) == 1
     assert {s.committed_step for s in states} == {removal.from_step + 2 * local_steps - 1}
     assert not any(s.divergences for s in states)
     record = quorums[2].record()["decided"][0]
     assert record["client"] == EQUIVOCATOR and record["evidence_round"] == 1
+
+
+@pytest.mark.slow
+def test_an_equivocator_that_falls_silent_before_its_removal_is_removed_again_earlier(
+    tiny,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Removed from a step two windows ahead, the equivocator still owes the steps before it;
+    # silent from the next round, it would stall every honest peer there for good.
+    cluster, quorums, first, second = _lied_in_round_1(tiny, tmp_path)
+    local_steps = cluster.states[0].local_steps
+    context, members = quorums[0].context, cluster.states[0].members
+    quorums[0].door.judge("peer-1", context, first, members, 0)
+    quorums[0].door.judge("peer-2", context, second, members, 0)
+    quorums[0].propose_equivocators()
+    late = quorums[0].gather(quorums[0].open[EQUIVOCATOR], _ask(quorums, 0, []))
+    assert late is not None and late.from_step > 2 * local_steps
+    removals, _ = read_removals([late.to_wire()])
+    for i in (1, 2, 3):
+        quorums[i].take(removals)
+    cluster.round(2, who=HONEST)  # client 4 owes its messages of round 2 and sends none
+    states = [cluster.states[i] for i in HONEST]
+    assert all(s.missing() == [EQUIVOCATOR] for s in states)
+    for quorum in quorums.values():
+        quorum.patience, quorum.stalled_since = 10.0, 0.0
+    assert quorums[0].should_propose(now=20.0)
+    quorums[0].propose()
+    earlier = quorums[0].gather(quorums[0].open[EQUIVOCATOR], _ask(quorums, 0, []))
+    assert earlier is not None and earlier.from_step == 2 * local_steps
+    assert earlier.signers(context, quorums[0]._key_of) == {0, 1, 2}
+    flooded, _ = read_removals([earlier.to_wire()])
+    for i in (1, 2, 3):
+        assert quorums[i].take(flooded) == flooded  # news: it supersedes the later removal
+        assert quorums[i].take(removals) == []  # and the later one never comes back
+    assert all(s.members.seats[EQUIVOCATOR].gone_from == 2 * local_steps for s in states)
+    assert all(quorums[i].decided[EQUIVOCATOR].from_step == 2 * local_steps for i in HONEST)
+    for state in states:
+        state.commit()
+    for round_index in range(3, late.from_step // local_steps + 2):
+        cluster.round(round_index, who=HONEST)
+    assert len({s.state_hash() for s in states}) == 1
+    assert {s.committed_step for s in states} == {late.from_step + 2 * local_steps - 1}
+    assert not any(s.divergences for s in states)
 
 
 def test_false_or_misplaced_evidence_removes_no_one(tiny, tmp_path: Path) -> None:  # noqa: F811

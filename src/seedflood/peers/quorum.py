@@ -20,6 +20,8 @@ far enough ahead that no honest member has committed it yet. A member signs it w
 verifies under the equivocator's key, whatever it holds of the equivocator: it drops those
 messages from that step on. Versions of the rounds before that step are committed as each peer
 received them first: where two honest peers took different ones, their hash claims say so.
+An equivocator that then falls silent before that step is removed again, as any silent member,
+from the earlier step its silence starts at: an earlier removal supersedes a later one.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ class Quorum:
         news, to flood on. Call under the lock."""
         news = []
         for removal in removals:
-            if removal.index in self.decided:
-                continue
+            known = self.decided.get(removal.index)
+            if known is not None and known.from_step <= removal.from_step:
+                continue  # an earlier removal supersedes a later one, never the reverse
             if not self._is_decided(removal):
                 self.counts["undecided_removal"] += 1
                 continue
@@ -175,8 +178,12 @@ class Quorum:
         seat = state.members.seats.get(index)
         if seat is None:
             return "not a member"
-        if seat.gone_from is not None:  # promised already: the same removal is signed again
-            return "" if seat.gone_from == removal.from_step else "removed from another step"
+        if seat.gone_from == removal.from_step:  # promised already: signed again
+            return ""
+        if seat.gone_from is not None and (
+            seat.gone_from < removal.from_step or removal.evidence is not None
+        ):
+            return "removed from another step"
         if removal.from_step <= state.committed_step:
             return "step already committed"
         if removal.evidence is not None:
