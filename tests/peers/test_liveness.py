@@ -1,7 +1,8 @@
 """Liveness among real peers: one member that goes silent (alive, its DHT record renewed, no
 messages) is removed by a signed majority of the others, who finish on one model, delayed by
 a bounded wait; one that equivocates is removed with the evidence, without a wait, and is told
-so, and stops."""
+so, and stops; one that equivocates and then falls silent before its removal's step is removed
+again from where its silence starts."""
 
 from __future__ import annotations
 
@@ -118,3 +119,27 @@ def test_an_equivocating_member_is_removed_with_its_evidence_and_nothing_else_di
     assert len(set(hashes)) == len(set(lies))
     detected = sum(r["rejected"]["equivocation"] for r in results)
     print(f"equivocation: versions committed {len(set(lies))}, detections {detected}")
+
+
+def test_an_equivocator_that_falls_silent_before_its_removal_does_not_stall_the_run(
+    data_dir, tmp_path: Path
+) -> None:
+    # Its evidence removes it from step cut, two windows past the lie, so it still owes the
+    # steps before; silent from two rounds after the lie, it is removed again from there.
+    peers_n, liar, lie_round, silent_round = 5, 2, 5, 7
+    config_file = write_config(tmp_path / "run.yaml", data_dir, clients=peers_n, rounds=20)
+    config = load_config(config_file, [])
+    cut = (lie_round + 2 * window_rounds(config.staleness)) * config.steps_per_round
+    fault = {EQUIVOCATE_VARIABLE: str(lie_round), SILENT_VARIABLE: str(silent_round)}
+    dirs = run_with_one_faulty(config_file, tmp_path / "lie-then-silence", peers_n, liar, fault)
+    survivors = [d for k, d in enumerate(dirs) if k != liar]
+    index = json.loads((dirs[liar] / "state" / "peer.json").read_text())["index"]
+    for directory in survivors:
+        peer = json.loads((directory / "results.json").read_text())
+        assert peer["committed_step"] == config.rounds * config.steps_per_round - 1
+        [decided] = peer["removals"]["decided"]
+        assert decided["client"] == index and decided["evidence_round"] is None
+        gone_from = decided["from_step"]
+        assert lie_round < gone_from // config.steps_per_round <= silent_round < cut
+        log = MessageLog(directory / "state" / "messages.log").messages(0)
+        assert {m.step for m in log if m.origin == index} == set(range(gone_from))
