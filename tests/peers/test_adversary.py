@@ -180,7 +180,7 @@ def test_a_hostile_member_cannot_crash_stall_or_steer_the_others(data_dir, tmp_p
             peers.start(k, {HOSTILE_VARIABLE: str(attack_round)} if k == hostile else None)
         for k in range(PEERS):
             if k != hostile:
-                assert peers.processes[k].wait(timeout=600) == 0
+                assert peers.exit_code(k, timeout=600) == 0
     survivors = [peers.dir(k) for k in range(PEERS) if k != hostile]
     # none waited for the member they removed, which is still running
     assert all("stopped waiting" not in (d / "peer.log").read_text() for d in survivors)

@@ -35,11 +35,11 @@ def run_with_one_faulty(
             peers.start(k, fault if k == faulty else None)
         for k in range(peers_n):
             if k != faulty:
-                assert peers.processes[k].wait(timeout=900) == 0
+                assert peers.exit_code(k, timeout=900) == 0
         if SILENT_VARIABLE in fault:
             assert peers.processes[faulty].poll() is None  # alive: it misbehaves, not crashes
         else:
-            assert peers.processes[faulty].wait(timeout=120) == 2  # an error, told
+            assert peers.exit_code(faulty, timeout=120) == 2  # an error, told
     for k in range(peers_n):  # nobody waited for the removed member, which never finishes
         assert k == faulty or "stopped waiting" not in (peers.dir(k) / "peer.log").read_text()
     return [peers.dir(k) for k in range(peers_n)]

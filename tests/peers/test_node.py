@@ -185,9 +185,24 @@ class PacedPeers:
         kill_group(self.processes.pop(k))
         return self.round(k)
 
+    def exit_code(self, k: int, timeout: float) -> int:
+        """Peer k's exit code once it stops; past ``timeout``, a failure that shows the end of
+        every peer's log, so that a hang in CI can be read rather than guessed at."""
+        try:
+            return self.processes[k].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            tails = []
+            for j in sorted(self.processes):
+                log = self.dir(j) / "peer.log"
+                text = log.read_text(errors="replace") if log.is_file() else "(no log)"
+                tails.append(f"--- peer {j} ---\n" + "\n".join(text.splitlines()[-60:]))
+            raise AssertionError(
+                f"peer {k} still runs after {timeout:g} s\n" + "\n".join(tails)
+            ) from None
+
     def finish(self) -> None:
-        for process in self.processes.values():
-            assert process.wait(timeout=300) == 0
+        for k in list(self.processes):
+            assert self.exit_code(k, timeout=300) == 0
 
     def __enter__(self) -> PacedPeers:
         return self
@@ -268,7 +283,8 @@ def test_a_peer_gone_too_long_is_removed_and_told_so_when_it_returns(
 
         wait_until(lambda: all(gone_from(k) is not None for k in (0, 1, 3)), 180, "the removal")
         peers.start(2)
-        assert peers.processes.pop(2).wait(timeout=180) == 2  # an error, and why
+        assert peers.exit_code(2, timeout=180) == 2  # an error, and why
+        del peers.processes[2]
         peers.finish()
     told = " ".join((peers.dir(2) / "peer.log").read_text().split())
     assert f"client {dead} was removed from the run from step {gone_from(0)}: the other" in told

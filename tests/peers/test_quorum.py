@@ -315,3 +315,84 @@ def test_a_proposer_promising_several_removals_decides_none_alone(tiny, tmp_path
         assert proposer._voters(removal) == [i for i in range(CLIENTS) if i != index]
         assert proposer.gather(removal, lambda peer, data: None) is None
     assert proposer.decided == {} and proposer.counts["removal_short_of_quorum"] == 3
+
+
+def test_a_removal_no_majority_can_sign_is_released_and_its_signers_go_on(
+    tiny,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Client 4 is only slow: its messages of round 2 reach clients 2 and 3, which commit the
+    # round, but not clients 0 and 1, which wait. Client 0 proposes its removal, client 1 signs,
+    # clients 2 and 3 refuse for good: 2 of 4 voters committed the step, and a majority (3)
+    # can spare only 1, so neither promise can ever be decided.
+    cluster, _, quorums = _run(tiny, tmp_path)
+    cluster.round(0)
+    cluster.round(1)
+    late, _ = cluster.states[SILENT].originate(2)
+    for i in (2, 3):
+        cluster.states[i].receive(late, {})
+    cluster.round(2, who=[0, 1, 2, 3])
+    local_steps = cluster.states[0].local_steps
+    step = 2 * local_steps
+    assert {cluster.states[i].committed_step for i in (2, 3, 4)} == {3 * local_steps - 1}
+    assert cluster.states[0].missing() == cluster.states[1].missing() == [SILENT]
+    for quorum in quorums.values():
+        quorum.patience, quorum.stalled_since = 10.0, 0.0
+    quorums[0].propose()
+    assert quorums[0].gather(quorums[0].open[SILENT], _ask(quorums, 0, [])) is None
+    # the proposer takes client 4 back; the co-signer still holds its promise and its ask
+    seat = cluster.states[0].members.seats[SILENT]
+    assert seat.gone_from is None and cluster.states[0].undecided == {}
+    assert SILENT not in quorums[0].open and quorums[0].counts["removal_released"] == 1
+    assert cluster.states[1].members.seats[SILENT].gone_from == step
+    assert quorums[1].open[SILENT].from_step == step
+    # client 0's pull brings the late messages; client 1's promise still drops them
+    for i in (0, 1):
+        cluster.states[i].receive(late, {})
+        cluster.states[i].commit()
+    assert cluster.states[0].committed_step == 3 * local_steps - 1
+    assert cluster.states[1].committed_step == step - 1
+    assert quorums[1].gather(quorums[1].open[SILENT], _ask(quorums, 1, [])) is None
+    assert cluster.states[1].members.seats[SILENT].gone_from is None
+    assert not quorums[1].promised and quorums[1].counts["removal_released"] == 1
+    cluster.states[1].receive(late, {})
+    cluster.states[1].commit()
+    for round_index in range(3, 5):
+        cluster.round(round_index)
+    states = list(cluster.states.values())
+    assert len({s.state_hash() for s in states}) == 1
+    assert {s.committed_step for s in states} == {5 * local_steps - 1}
+    assert not any(s.divergences for s in states)
+    assert not any(q.decided for q in quorums.values())
+
+
+def test_a_voter_asked_again_after_the_decision_answers_with_it_and_promises_nothing(
+    tiny,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Several peers may propose one removal (every one that saw an equivocation does); one that
+    # asks after another's proposal was decided must get the decision, not a fresh promise that
+    # no decision would ever clear, holding the voter's commits back for good.
+    cluster, keys, quorums = _run(tiny, tmp_path)
+    cluster.round(0)
+    cluster.round(1, who=[0, 1, 2, 3])
+    for quorum in quorums.values():
+        quorum.patience, quorum.stalled_since = 10.0, 0.0
+    quorums[0].propose()
+    decided = quorums[0].gather(quorums[0].open[SILENT], _ask(quorums, 0, []))
+    assert decided is not None
+    for i in (1, 2, 3):
+        quorums[i].take(read_removals([decided.to_wire()])[0])
+    assert all(cluster.states[i].undecided == {} for i in HONEST)
+    late = Removal(SILENT, decided.from_step).signed(keys[3], quorums[0].context, 3)
+    reply = quorums[1].on_decide("peer-3", Frame({"removal": late.to_wire()}).encode())
+    [answer], _ = read_removals([Frame.decode(reply).header["removal"]])
+    assert answer.signers(quorums[1].context, quorums[1]._key_of) == {0, 1, 2}
+    assert cluster.states[1].undecided == {} and SILENT not in quorums[1].promised
+    assert quorums[3].gather(late, _ask(quorums, 3, [])) is None  # decided here already
+    assert cluster.states[3].undecided == {}
+    for round_index in range(2, 4):
+        cluster.round(round_index, who=HONEST)
+    states = [cluster.states[i] for i in HONEST]
+    assert {s.committed_step for s in states} == {4 * states[0].local_steps - 1}
+    assert len({s.state_hash() for s in states}) == 1

@@ -22,6 +22,13 @@ messages from that step on. Versions of the rounds before that step are committe
 received them first: where two honest peers took different ones, their hash claims say so.
 An equivocator that then falls silent before that step is removed again, as any silent member,
 from the earlier step its silence starts at: an earlier removal supersedes a later one.
+
+A promise that no majority can ever sign is released. An honest member never signs a removal
+of a step it has committed, so once more voters say they committed the step than a majority
+can spare, the removal cannot be decided: each of its signers (the proposer, and every
+co-signer, which keeps asking too) takes the member back from that step, pulls what the promise
+dropped, and goes on. Without this, a member that was only slow (its message reached the others
+just after the proposer's last pull) would leave its removal's signers stalled for good.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from seedflood.peers.inbox import window_rounds
 from seedflood.peers.p2p import Frame, TransportError
-from seedflood.peers.removals import Equivocation, Removal, read_removals
+from seedflood.peers.removals import Equivocation, Removal, quorum, read_removals
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -48,6 +55,8 @@ if TYPE_CHECKING:
 __all__ = ["DECIDE_PROTOCOL", "Quorum", "equivocation_step"]
 
 DECIDE_PROTOCOL = "seedflood/decide/1"
+COMMITTED = "step already committed"
+"""The one refusal that is for good: an honest member never uncommits a step."""
 
 
 def equivocation_step(evidence: Equivocation, local_steps: int, staleness: int) -> int:
@@ -81,6 +90,9 @@ class Quorum:
         # Removals this peer promised (proposed or co-signed) and has not seen decided: their
         # members still vote and sign, since a promise is not a decision.
         self.promised: set[int] = set()
+        # What each promise, by (client, step), replaced: the seat's departure and the open
+        # promise before it, restored if no majority can ever sign it.
+        self.before: dict[tuple[int, int], tuple[int | None, int | None]] = {}
         self.counts: Counter[str] = Counter()
         # A restarted peer knows its departures (members.json) but not the decisions behind
         # them, which only the others' replies bring back: until then each counts as undecided.
@@ -115,7 +127,14 @@ class Quorum:
     def _promise(self, index: int, from_step: int) -> None:
         """Take ``index`` as gone from ``from_step`` before the removal is decided: this peer
         never commits a message the removal would cut off, nor a step from there on until the
-        removal is decided."""
+        removal is decided. A removal decided here already is no promise: nothing would
+        clear it."""
+        known = self.decided.get(index)
+        if known is not None and known.from_step <= from_step:
+            return
+        seat = self.state.members.seats[index]
+        prior = (seat.gone_from, self.state.undecided.get(index))
+        self.before.setdefault((index, from_step), prior)
         self.state.depart(index, from_step)
         self.state.undecided[index] = from_step
         self.promised.add(index)
@@ -135,6 +154,9 @@ class Quorum:
                 self.counts["undecided_removal"] += 1
                 continue
             self.decided[removal.index] = removal
+            held = self.open.get(removal.index)
+            if held is not None and held.from_step >= removal.from_step:
+                del self.open[removal.index]  # decided, or superseded: nothing left to ask
             if removal.index == self.state.me:  # the node stops: its state no longer matters
                 self.say(f"this client was removed from step {removal.from_step} by quorum")
                 continue
@@ -185,7 +207,7 @@ class Quorum:
         ):
             return "removed from another step"
         if removal.from_step <= state.committed_step:
-            return "step already committed"
+            return COMMITTED
         if removal.evidence is not None:
             return self._evidence_support(removal, removal.evidence, seat.key)
         if any(index in held for step, held in state.pending.items() if step >= removal.from_step):
@@ -223,11 +245,21 @@ class Quorum:
             if not proposers & callers:
                 self.counts["unsigned_proposal"] += 1
                 return Frame({"refused": "not proposed by the caller"}).encode()
+            known = self.decided.get(removal.index)
+            if known is not None and known.from_step == removal.from_step:
+                # decided here already: the decision answers, and a promise now would hold
+                # this peer's commits back for good, since no decision comes to clear it
+                return Frame({"removal": known.to_wire()}).encode()
             reason = self._support(removal, time.monotonic())
             if reason:
                 return Frame({"refused": reason}).encode()
             signed = removal.signed(self.signing_key, self.context, self.state.me)
             self._promise(removal.index, removal.from_step)
+            held = self.open.get(removal.index)
+            if held is None or held.from_step > removal.from_step:
+                self.open[removal.index] = signed  # a co-signer asks too, to decide or release
+            elif held.from_step == removal.from_step:
+                self.open[removal.index] = held.merged(signed)
             self.cond.notify_all()
         self.say(f"signed the removal of client {removal.index} from step {removal.from_step}")
         return Frame({"removal": signed.to_wire()}).encode()
@@ -291,7 +323,8 @@ class Quorum:
 
     def gather(self, removal: Removal, ask: Callable[[str, bytes], bytes | None]) -> Removal | None:
         """Ask the other voters to co-sign ``removal`` until a majority has; the decided
-        removal, or None when too few agreed this time."""
+        removal, or None when too few agreed this time, or never can (then this peer's
+        promise of it is released, and counted as ``removal_released``)."""
         with self.cond:
             voters = [
                 (i, self.state.members.seats[i].peer_id)
@@ -299,34 +332,80 @@ class Quorum:
                 if i != self.state.me
             ]
         request = Frame({"removal": removal.to_wire()}).encode()
-        for _, peer_id in voters:
+        committed: set[int] = set()
+        for voter, peer_id in voters:
             with self.cond:
                 if self._is_decided(removal):
                     break
-            reply = ask(peer_id, request)
-            signed = self._read_reply(reply, removal)
+            signed, refusal = self._read_reply(ask(peer_id, request), removal)
             if signed is not None:
                 removal = removal.merged(signed)
+            elif refusal == COMMITTED:
+                committed.add(voter)
         with self.cond:
             if not self._is_decided(removal):
-                self.open[removal.index] = removal  # keep the signatures for the next attempt
+                electorate = self._voters(removal)
+                if len(committed & set(electorate)) > len(electorate) - quorum(len(electorate)):
+                    self._release(removal, len(committed))
+                    return None
+                held = self.open.get(removal.index, removal)
+                known = self.decided.get(removal.index)
+                superseded = known is not None and known.from_step <= removal.from_step
+                if not superseded and held.from_step == removal.from_step:
+                    self.open[removal.index] = removal  # keep the signatures for the next try
                 self.counts["removal_short_of_quorum"] += 1
                 return None
             self.open.pop(removal.index, None)
             news = self.take([removal])
             return news[0] if news else None
 
-    def _read_reply(self, reply: bytes | None, removal: Removal) -> Removal | None:
+    def _release(self, removal: Removal, committed: int) -> None:
+        """Take back this peer's promise of ``removal``, which no majority can sign: restore
+        the seat's departure and the promise it replaced. Call under the lock."""
+        index, step = removal.index, removal.from_step
+        known = self.decided.get(index)
+        if (
+            (index, step) not in self.before
+            or self.state.members.seats[index].gone_from != step
+            or (known is not None and known.from_step <= step)
+        ):
+            return  # decided, superseded or released since it was asked about
+        gone_from, undecided = self.before.pop((index, step))
+        if known is not None:  # a later removal, decided while this promise held
+            gone_from = known.from_step if gone_from is None else min(gone_from, known.from_step)
+            undecided = None if undecided == known.from_step else undecided
+        if self.open.get(index, removal).from_step == step:
+            self.open.pop(index, None)
+        self.state.reinstate(index, gone_from)
+        if undecided is None:
+            self.state.undecided.pop(index, None)
+            self.promised.discard(index)
+        else:
+            self.state.undecided[index] = undecided
+        self.counts["removal_released"] += 1
+        self.cond.notify_all()
+        self.say(
+            f"released the removal of client {index} from step {step}: {committed} voters "
+            "committed that step, so no majority can sign it"
+        )
+
+    def _read_reply(
+        self, reply: bytes | None, removal: Removal
+    ) -> tuple[Removal | None, str | None]:
+        """The co-signed ``removal`` a reply brings, or the reason it gives for refusing."""
         if reply is None:
-            return None
+            return None, None
         try:
             header: dict[str, Any] = Frame.decode(reply).header
         except TransportError:
-            return None
+            return None, None
+        refused = header.get("refused")
+        if isinstance(refused, str):
+            return None, refused
         found, _ = read_removals([header["removal"]] if "removal" in header else None)
         if len(found) != 1 or (found[0].index, found[0].from_step) != (
             removal.index,
             removal.from_step,
         ):
-            return None
-        return found[0]
+            return None, None
+        return found[0], None

@@ -362,6 +362,12 @@ class PeerState:
                 held.pop(index, None)
         return True
 
+    def reinstate(self, index: int, gone_from: int | None) -> None:
+        """Undo a promised departure that no majority can ever sign: ``index`` takes steps again
+        up to ``gone_from`` (None: to the end). What the departure dropped comes back by pulls."""
+        self.members.seats[index].gone_from = gone_from
+        self._save_members()
+
     def missing(self) -> list[int]:
         """The members whose message of the next step to commit is not here yet."""
         step = self.committed_step + 1

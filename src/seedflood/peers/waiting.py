@@ -138,7 +138,7 @@ class Waiting:
         """Propose removing the members this peer has waited on too long (after one more pull,
         so that a removal cuts off no message someone still holds) and the members this peer
         caught equivocating, and gather co-signatures for the removals still open; flood the
-        ones a majority decided."""
+        ones a majority decided, and pull again after releasing one that no majority can sign."""
         with self.cond:
             self.quorum.propose_equivocators()
             due = self.quorum.should_propose(now)
@@ -149,6 +149,7 @@ class Waiting:
                     self.quorum.propose()
         with self.cond:
             open_removals = list(self.quorum.open.values())
+            released = self.quorum.counts["removal_released"]
         decided = []
         for removal in open_removals:
             done = self.quorum.gather(
@@ -156,6 +157,12 @@ class Waiting:
             )
             if done is not None:
                 decided.append(done)
+        with self.cond:
+            released = self.quorum.counts["removal_released"] > released
+            if released:
+                self.seating.rewire()
+        if released:  # the member is back: fetch what the promise dropped
+            self.exchange.pull(self.seating.others())
         if decided:
             with self.cond:
                 self.seating.rewire()
