@@ -129,8 +129,7 @@ class Quorum:
         never commits a message the removal would cut off, nor a step from there on until the
         removal is decided. A removal decided here already is no promise: nothing would
         clear it."""
-        known = self.decided.get(index)
-        if known is not None and known.from_step <= from_step:
+        if self._superseded(index, from_step):
             return
         seat = self.state.members.seats[index]
         prior = (seat.gone_from, self.state.undecided.get(index))
@@ -138,6 +137,12 @@ class Quorum:
         self.state.depart(index, from_step)
         self.state.undecided[index] = from_step
         self.promised.add(index)
+
+    def _superseded(self, index: int, from_step: int) -> bool:
+        """Whether a removal of ``index`` from ``from_step`` or earlier is decided here: an
+        earlier removal supersedes a later one, never the reverse."""
+        known = self.decided.get(index)
+        return known is not None and known.from_step <= from_step
 
     def _is_decided(self, removal: Removal) -> bool:
         return removal.decided(self.context, self._key_of, self._voters(removal))
@@ -147,13 +152,13 @@ class Quorum:
         news, to flood on. Call under the lock."""
         news = []
         for removal in removals:
-            known = self.decided.get(removal.index)
-            if known is not None and known.from_step <= removal.from_step:
-                continue  # an earlier removal supersedes a later one, never the reverse
+            if self._superseded(removal.index, removal.from_step):
+                continue
             if not self._is_decided(removal):
                 self.counts["undecided_removal"] += 1
                 continue
             self.decided[removal.index] = removal
+            self.before.pop((removal.index, removal.from_step), None)  # never to be released
             held = self.open.get(removal.index)
             if held is not None and held.from_step >= removal.from_step:
                 del self.open[removal.index]  # decided, or superseded: nothing left to ask
@@ -349,8 +354,7 @@ class Quorum:
                     self._release(removal, len(committed))
                     return None
                 held = self.open.get(removal.index, removal)
-                known = self.decided.get(removal.index)
-                superseded = known is not None and known.from_step <= removal.from_step
+                superseded = self._superseded(removal.index, removal.from_step)
                 if not superseded and held.from_step == removal.from_step:
                     self.open[removal.index] = removal  # keep the signatures for the next try
                 self.counts["removal_short_of_quorum"] += 1
@@ -363,14 +367,14 @@ class Quorum:
         """Take back this peer's promise of ``removal``, which no majority can sign: restore
         the seat's departure and the promise it replaced. Call under the lock."""
         index, step = removal.index, removal.from_step
-        known = self.decided.get(index)
         if (
             (index, step) not in self.before
             or self.state.members.seats[index].gone_from != step
-            or (known is not None and known.from_step <= step)
+            or self._superseded(index, step)
         ):
             return  # decided, superseded or released since it was asked about
         gone_from, undecided = self.before.pop((index, step))
+        known = self.decided.get(index)
         if known is not None:  # a later removal, decided while this promise held
             gone_from = known.from_step if gone_from is None else min(gone_from, known.from_step)
             undecided = None if undecided == known.from_step else undecided

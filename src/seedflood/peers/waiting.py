@@ -159,15 +159,13 @@ class Waiting:
                 decided.append(done)
         with self.cond:
             released = self.quorum.counts["removal_released"] > released
-            if released:
-                self.seating.rewire()
-        if released:  # the member is back: fetch what the promise dropped
-            self.exchange.pull(self.seating.others())
-        if decided:
-            with self.cond:
+            if decided or released:
                 self.seating.rewire()
                 targets = dict(self.seating.neighbors)
                 self.cond.notify_all()
+        if released:  # the member is back: fetch what the promise dropped
+            self.exchange.pull(self.seating.others())
+        if decided:
             self.exchange.push(targets, [], decided)
 
     def _linger(self) -> None:
