@@ -19,12 +19,19 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/seedflood run configs/quickstart.yaml --out results/quickstart
 
+# Two pytest workers: the real-peer tests (the xdist group "real_peers", run one at a time on one
+# worker, since their removal timers assume their own processes have the machine) spend most of
+# their time paced or waiting, so the other worker runs the CPU-bound tests beside them.
+# TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The inner loop, under 3 minutes: all but the tests marked slow (each over about 3 s here).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples tools

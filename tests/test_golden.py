@@ -179,6 +179,7 @@ def test_one_hop_over_lossy_links(data_dir, tmp_path, one_thread, golden) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("real_peers")
 def test_four_real_peers(data_dir, tmp_path, golden) -> None:
     config = {**SMALL, "rounds": 10, "batched_forward": False, "data_dir": str(data_dir)}
     out = tmp_path / "out"

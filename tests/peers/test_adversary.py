@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="the attacker needs a hivemind node")
-pytestmark = pytest.mark.slow  # real `seedflood peer` processes
+# real `seedflood peer` processes, one test at a time (see the Makefile)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 

@@ -105,6 +105,7 @@ def refusal(peers: PacedPeers, k: int) -> str:
 
 
 @pytest.mark.slow  # real `seedflood peer` processes
+@pytest.mark.xdist_group("real_peers")
 def test_real_peers_refuse_a_peer_with_another_config_and_finish_without_it(
     data_dir, tmp_path: Path
 ) -> None:

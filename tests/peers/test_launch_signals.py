@@ -46,6 +46,7 @@ def test_stopping_signals_whole_groups_and_kills_what_ignores_the_signal() -> No
 
 
 @pytest.mark.slow  # real `seedflood launch` and `seedflood peer` processes
+@pytest.mark.xdist_group("real_peers")
 @pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_launch_stops_every_peer_and_says_why(
     data_dir, tmp_path: Path, sent: signal.Signals

@@ -37,7 +37,8 @@ from seedflood.sim.replay import replay
 from seedflood.sim.runner import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
-pytestmark = pytest.mark.slow  # real `seedflood peer` processes
+# real `seedflood peer` processes, one test at a time (see the Makefile)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 
 def write_config(path: Path, data: Path, **overrides) -> Path:

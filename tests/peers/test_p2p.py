@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
-pytestmark = pytest.mark.slow  # real hivemind daemons
+# real hivemind daemons, one test at a time (see the Makefile)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 from seedflood.peers.p2p import (  # noqa: E402
     FLOOD_PROTOCOL,
