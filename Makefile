@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/seedflood run configs/quickstart.yaml --out results/quickstart
 
-# Two pytest workers: the real-peer tests (the xdist group "real_peers", run one at a time on one
-# worker, since their removal timers assume their own processes have the machine) spend most of
-# their time paced or waiting, so the other worker runs the CPU-bound tests beside them.
+# Two pytest workers: one runs the real-peer tests (the xdist group "real_peers") one at a time,
+# since their removal timers assume no second set of peer processes shares the machine; the
+# other runs the rest beside them.
 # TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
