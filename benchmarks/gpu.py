@@ -71,7 +71,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from seedflood.algorithms.batched import forward_tokens, padding, shared_losses
 from seedflood.algorithms.graphs import ForwardGraphs
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.build import build_parts, run_precision
+from seedflood.build import build_parts, on_device, run_precision
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json
 from seedflood.learning.models import load_model
@@ -182,7 +182,7 @@ def measure(
     ``tokens`` padded tokens per forward, the round's forwards replayed from CUDA graphs or not
     (``graphs``: then the plain forward is also timed replayed); and the algorithm, for a
     profile once every row is timed (a profile takes longer than the row)."""
-    with device, run_precision(config, device):
+    with on_device(device), run_precision(config, device):
         parts = build_parts(config, device)
         parts.model = model
         algorithm = build_algorithm(config, parts)
@@ -327,7 +327,7 @@ def main() -> None:
             result["rows"].append(row)
             atomic_write_json(args.out / "gpu.json", result)
         for row, algorithm, config in profiled if args.profile else []:
-            with device, run_precision(config, device):
+            with on_device(device), run_precision(config, device):
                 row["profile"] = top_operations(algorithm, args.warmup + args.reps + 1, device)
             atomic_write_json(args.out / "gpu.json", result)
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.build import run_precision
+from seedflood.build import on_device, run_precision
 from seedflood.config import RunConfig, load_config
 from seedflood.files import atomic_write_json
 from seedflood.report import markdown_table
@@ -47,7 +47,7 @@ def scalar_pairs(config: RunConfig, low: RunConfig, messages: int) -> tuple[list
     torch.manual_seed(config.seed)
     exact: list[float] = []
     approximate: list[float] = []
-    with device:
+    with on_device(device):
         algorithm = build(config, device).algorithm
         assert isinstance(algorithm, SeedFlood)
         for round_index in range(math.ceil(messages / config.clients)):

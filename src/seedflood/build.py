@@ -9,7 +9,7 @@ simulator's bit for bit.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -137,6 +137,14 @@ def compute_device(name: str, *, setting: str, on_cpu: str) -> torch.device:
     if (device.index or 0) >= count:
         raise ConfigError(f"{setting}={name!r}, but only cuda:0 to cuda:{count - 1} exist")
     return device
+
+
+def on_device(device: torch.device) -> AbstractContextManager[object]:
+    """Make the tensors created inside land on ``device``. Where that is torch's default device
+    already (the CPU, as a rule) no ``torch.device`` context is entered: that context sends every
+    torch call through a Python handler, which cost 4 µs an operation here and made the tiny
+    model's forward 35% slower."""
+    return nullcontext() if device == torch.get_default_device() else device
 
 
 def run_precision(config: RunConfig, device: torch.device) -> AbstractContextManager[None]:

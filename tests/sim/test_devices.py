@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.overrides import _get_current_function_mode_stack
 
 from seedflood.algorithms.common import sample_batch
-from seedflood.build import compute_device
+from seedflood.build import compute_device, on_device
 from seedflood.config import ConfigError, load_config
 from seedflood.learning.models import add_lora, load_model, state_hash
 from seedflood.peers.node import Node, PeerOptions
@@ -162,3 +163,15 @@ def test_models_load_on_the_cpu_whatever_the_default_device() -> None:
     for got, want in zip(loaded.parameters(), expected.parameters(), strict=True):
         assert got.device.type == "cpu"
         assert torch.equal(got, want)
+
+
+def test_on_the_default_device_no_torch_function_mode_slows_every_call() -> None:
+    # a torch.device context routes every call through a Python handler; on the device that is
+    # the default already it would change nothing else, so none is entered
+    with on_device(torch.device("cpu")):
+        assert _get_current_function_mode_stack() == []
+        assert torch.zeros(1).device.type == "cpu"
+    with on_device(torch.device("meta")):  # another device is still where tensors land
+        assert torch.zeros(1).device.type == "meta"
+    with torch.device("meta"), on_device(torch.device("cpu")):  # so is the CPU, when not default
+        assert torch.zeros(1).device.type == "cpu"

@@ -26,7 +26,14 @@ from typing import Any
 
 import torch
 
-from seedflood.build import Parts, build_parts, compute_device, run_direction, run_precision
+from seedflood.build import (
+    Parts,
+    build_parts,
+    compute_device,
+    on_device,
+    run_direction,
+    run_precision,
+)
 from seedflood.config import RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from seedflood.learning.accuracy_cache import cached_accuracy
@@ -326,7 +333,7 @@ def run_peer(
     try:
         # Every tensor the peer makes lands on its device, and every forward (all on this
         # thread: the link's threads only move messages) runs in the config's precision.
-        with node.device, run_precision(config, node.device):
+        with on_device(node.device), run_precision(config, node.device):
             node.start()
             return node.run(progress)
     except MembershipError as error:

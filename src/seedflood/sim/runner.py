@@ -22,7 +22,7 @@ from seedflood.algorithms.attacks import PoisoningSeedFlood
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.gossip import Gossip, gossip_memory_bytes
 from seedflood.algorithms.seedflood import SeedFlood
-from seedflood.build import Parts, build_parts, run_direction, run_precision
+from seedflood.build import Parts, build_parts, on_device, run_direction, run_precision
 from seedflood.config import ConfigError, RunConfig
 from seedflood.files import atomic_write_json, atomic_write_jsonl, remove_stale_temporaries
 from seedflood.learning.accuracy_cache import cached_accuracy
@@ -158,7 +158,7 @@ def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
 
 def build(config: RunConfig, device: torch.device | None = None) -> Experiment:
     """The run's parts and its algorithm, its model on ``device`` (the CPU by default); call it
-    inside ``with device:`` so that the tensors methods create land there too."""
+    inside ``with on_device(device):`` so that the tensors methods create land there too."""
     parts = build_parts(config, device)
     parameters = parts.parameters  # before LoRA adds its adapters
     return Experiment(
@@ -291,7 +291,7 @@ def run(
     reset_peak_rss()
     torch.manual_seed(config.seed)
     device = run_device()
-    with device, run_precision(config, device), Tracker(out, config) as tracker:
+    with on_device(device), run_precision(config, device), Tracker(out, config) as tracker:
         exp = build(config, device)
         algorithm = exp.algorithm
         base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
