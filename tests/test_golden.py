@@ -7,7 +7,8 @@ zeroth-order runs changed, the first-order ones and the pipeline did not.
 The runs go through the command line only, so this file does not depend on where modules live.
 Weights hashes and float results depend on the CPU's vector unit, its maker and the thread
 count, so they are compared only on a kind of machine recorded: a 2-core AMD EPYC with AVX-512,
-and a 2-core Intel Xeon with AVX-512 (recorded 2026-11-28 from code that matched the first). The
+a 2-core Intel Xeon with AVX-512 (recorded 2026-11-28 from code that matched the first) and a
+2-core AMD EPYC with AVX2 only (recorded 2026-12-02, where they had been skipped until then). The
 counts (bytes, messages, microbatches, committed steps) are compared everywhere.
 ``SEEDFLOOD_RECORD_GOLDEN=1`` records this machine's runs instead of comparing, keeping the
 other machines' recordings.
