@@ -43,33 +43,44 @@ def _number(power: str) -> float:
     return float(mantissa) * 10 ** int(exponent.translate(SUPERSCRIPTS))
 
 
+def _shortened(text: str) -> str:
+    return text if len(text) <= LONGEST else text[:LONGEST].rsplit(" ", 1)[0] + " …"
+
+
 def _finding(rest: str) -> str:
     """The verdict's first sentence, without its criterion in parentheses."""
     text = rest.strip()
     if text.startswith("("):
         text = text[text.find("):") + 2 :] if "):" in text else text
-    text = text.lstrip(": ").split(". ")[0].rstrip(".")
-    return text if len(text) <= LONGEST else text[:LONGEST].rsplit(" ", 1)[0] + " …"
+    return _shortened(text.lstrip(": ").split(". ")[0].rstrip("."))
 
 
 def _section_verdicts(lines: list[str]) -> dict[str, tuple[str, str]]:
     """Each section heading's verdict, its word and its first statement: the first at the
-    papers' horizon that is decided, else the section's first."""
+    papers' horizon that is decided, else the section's first, led by what its undecided grid
+    at the horizon has shown so far."""
     found: dict[str, tuple[str, str]] = {}
     at_horizon: dict[str, tuple[str, str]] = {}
+    so_far: dict[str, str] = {}
     heading = ""
     for line in lines:
         if line.startswith("## "):
             heading = line
         elif heading not in found and (match := VERDICT.match(line)):
             found[heading] = (match["word"], _finding(match["rest"]))
-        elif (
-            heading not in at_horizon
-            and (match := HORIZON_VERDICT.match(line))
-            and match["word"] != UNDECIDED
-        ):
-            finding = _finding(match["rest"])
-            at_horizon[heading] = (match["word"], f"at the papers' horizon: {finding}")
+        elif heading not in at_horizon and (match := HORIZON_VERDICT.match(line)):
+            if match["word"] != UNDECIDED:
+                finding = _finding(match["rest"])
+                at_horizon[heading] = (match["word"], f"at the papers' horizon: {finding}")
+            elif " So far: " in line:
+                so_far[heading] = line.split(" So far: ", 1)[1].rstrip(".")
+    for heading, shown in so_far.items():
+        lead = f"at the papers' horizon, not yet decided, so far: {shown}"
+        if heading in found:
+            word, finding = found[heading]
+            found[heading] = (word, _shortened(f"{lead}; the short grid: {finding}"))
+        else:
+            found[heading] = (UNDECIDED, _shortened(lead))
     return found | at_horizon
 
 

@@ -3,7 +3,7 @@ grid (configs/paper/scaling-sst2.yaml) and the one at the papers' horizon (scali
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -22,7 +22,7 @@ def scaling_section(root: Path, out: Path) -> list[str]:
     runs = present_runs(root / "results" / "paper-scaling")
     if not runs:
         return lines + not_yet_run("scaling-sst2.yaml", "results/paper-scaling")
-    body, verdict = _scaling_body(runs, root, out, "results_scaling.png")
+    body, verdict, _ = _scaling_body(runs, root, out, "results_scaling.png")
     return [
         *lines,
         *body,
@@ -40,24 +40,41 @@ def scaling_at_length(root: Path, out: Path) -> list[str]:
     runs = present_runs(root / directory)
     if not any(run.results["method"] == "dsgd" for run in runs):
         return at_length(root, grid, directory)
-    body, verdict = _scaling_body(runs, root, out, "results_scaling_long.png")
+    body, verdict, normalised = _scaling_body(runs, root, out, "results_scaling_long.png")
     missing = unfinished(root, grid, directory)
     verdict = (
         "**Verdict at the papers' horizon: not yet decided** (it waits for the whole grid; what "
-        "it lacks is listed below)."
+        f"it lacks is listed below).{_so_far(normalised, runs)}"
         if missing
         else verdict.replace("**Verdict:", "**Verdict at the papers' horizon:", 1)
     )
     return [f"### At the papers' horizon: configs/paper/{grid}", "", *body, verdict, "", *missing]
 
 
-def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> tuple[list[str], str]:
-    """A scaling grid's setting, normalised table, plot and sources, and its verdict."""
+def _so_far(normalised: dict[str, dict[int, float]], runs: list[Run]) -> str:
+    """SeedFlood's curve as far as it has run, each size with its number of seeds: what the
+    summary at the top can say while the grid is unfinished."""
+    curve = normalised.get("seedflood", {})
+    if not curve:
+        return ""
+    seeds = Counter(r.results["clients"] for r in runs if r.results["method"] == "seedflood")
+    points = " → ".join(
+        f"{pct(curve[n])}% at {n} ({seeds[n]} seed{'s' * (seeds[n] > 1)})" for n in sorted(curve)
+    )
+    return f" So far: SeedFlood {points} clients of DSGD@16's seed mean (paper: 100.2% at 128)."
+
+
+Body = tuple[list[str], str, dict[str, dict[int, float]]]
+
+
+def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> Body:
+    """A scaling grid's setting, normalised table, plot and sources, its verdict, and each
+    method's accuracy by size as a share of DSGD@16."""
     rows, groups = summarize(runs), seed_groups(runs)
     dsgd = [r for r in rows if r["method"] == "dsgd"]
     lines = setting_lines(runs, root)
     if not dsgd:
-        return lines, "**Verdict: not yet run.** No DSGD run to normalise to."
+        return lines, "**Verdict: not yet run.** No DSGD run to normalise to.", {}
     smallest = min(dsgd, key=lambda r: r["clients"])
     reference = dsgd_reference(runs, smallest["clients"], root)
     sizes = sorted({r["clients"] for r in rows})
@@ -83,7 +100,7 @@ def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> tu
     sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
     rounds = {r.results["method"]: r.results["rounds"] for r in runs}
-    return lines, scaling_verdict(normalised, rounds, unlearned(runs))
+    return lines, scaling_verdict(normalised, rounds, unlearned(runs)), normalised
 
 
 def dsgd_reference(runs: list[Run], clients: int, root: Path) -> dict[str, Any]:
