@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="the attacker needs a hivemind node")
-# real `seedflood peer` processes, one test at a time (see the Makefile)
+# real `seedflood peer` processes, marked to run one test at a time (see the Makefile)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402

@@ -18,7 +18,7 @@ from seedflood.peers.options import EQUIVOCATE_VARIABLE, SILENT_VARIABLE
 from seedflood.protocol.message_log import MessageLog
 from tests.peers.test_node import PacedPeers, write_config
 
-# eight real `seedflood peer` processes, one test at a time (see the Makefile)
+# eight real `seedflood peer` processes, marked to run one test at a time (see the Makefile)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 PEERS, SILENT, SILENT_ROUND, ROUNDS = 8, 5, 10, 30

@@ -8,7 +8,7 @@ import time
 import pytest
 
 hivemind = pytest.importorskip("hivemind", reason="membership tests need hivemind installed")
-# real hivemind DHT nodes, one test at a time (see the Makefile)
+# real hivemind DHT nodes, marked to run one test at a time (see the Makefile)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 from seedflood.peers.membership import Member, Membership, MembershipError  # noqa: E402

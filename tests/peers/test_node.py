@@ -37,7 +37,7 @@ from seedflood.sim.replay import replay
 from seedflood.sim.runner import build
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
-# real `seedflood peer` processes, one test at a time (see the Makefile)
+# real `seedflood peer` processes, marked to run one test at a time (see the Makefile)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 p2p_module = pytest.importorskip("hivemind.p2p", reason="real-peer tests need hivemind installed")
-# real hivemind daemons, one test at a time (see the Makefile)
+# real hivemind daemons, marked to run one test at a time (see the Makefile)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_peers")]
 
 from seedflood.peers.p2p import (  # noqa: E402
