@@ -16,17 +16,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: str | os.PathLike, text: str, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode(), durable)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    atomic_write(path, lambda file: file.write(data))
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, durable: bool = True) -> None:
+    atomic_write(path, lambda file: file.write(data), durable)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+def atomic_write(
+    path: str | os.PathLike, write: Callable[[BinaryIO], object], durable: bool = True
+) -> None:
     """Stream ``write``'s output into ``path``: a checkpoint of a large model never needs a second
-    in-memory copy as bytes."""
+    in-memory copy as bytes. A reader sees the old file or the new one, never part of one; not
+    ``durable``, a crash may bring back the old one (two fsyncs saved: what a status file that
+    is rewritten every round, read only while its writer runs, is worth)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -35,11 +39,14 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         with os.fdopen(handle, "wb") as file:
             write(file)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    if not durable:
+        return
     directory = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
@@ -55,8 +62,8 @@ def remove_stale_temporaries(path: str | os.PathLike) -> None:
         temp.unlink(missing_ok=True)
 
 
-def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def atomic_write_json(path: str | os.PathLike, data: Any, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", durable)
 
 
 def atomic_write_json_gz(path: str | os.PathLike, data: Any) -> None:

@@ -109,9 +109,9 @@ def refusal(peers: PacedPeers, k: int) -> str:
 def test_real_peers_refuse_a_peer_with_another_config_and_finish_without_it(
     data_dir, tmp_path: Path
 ) -> None:
-    rounds = 120  # the late peer must be refused (10 s and more on a loaded machine) mid-run
+    rounds = 30  # of 1 s: the late peer must be refused (10 s and more when loaded) mid-run
     config_file = write_config(tmp_path / "run.yaml", data_dir, clients=2, rounds=rounds, lr=0.005)
-    with PacedPeers(config_file, "strict", tmp_path / "out") as peers:
+    with PacedPeers(config_file, "strict", tmp_path / "out", pace=1.0) as peers:
         peers.start(0)
         start_other(peers, 2, ["lr=0.01"])  # before the run has its initial members
         said = refusal(peers, 2)

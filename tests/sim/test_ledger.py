@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +29,7 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.ledger import IN_FLIGHT, resume_from_ledger
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
+from tests.sim.forked import seedflood_in_child
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
@@ -210,14 +208,8 @@ def test_a_killed_run_resumes_from_its_ledger_alone(
     args = ["run", str(QUICKSTART), "--out", str(tmp_path / "cut"), "--resume"]
     for override in sets:
         args += ["--set", override]
-    env = {
-        **os.environ,
-        KILL_ROUND_VARIABLE: kill_round,
-        KILL_AT_VARIABLE: kill_at,
-        "OMP_NUM_THREADS": "1",
-    }
-    killed = subprocess.run([sys.executable, "-m", "seedflood", *args], env=env, check=False)
-    assert killed.returncode == 137
+    fault = {KILL_ROUND_VARIABLE: kill_round, KILL_AT_VARIABLE: kill_at}
+    assert seedflood_in_child(args, fault) == 137
     assert (tmp_path / "cut" / IN_FLIGHT).is_file() == bool(flooding)
     (tmp_path / "cut" / CHECKPOINT_NAME).unlink()
     other = CliRunner().invoke(app, [*args, "--set", "lr=0.02"])  # not this log's run

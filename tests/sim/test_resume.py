@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.devices import peak_rss_mb, proc_status_kb, reset_peak_rss
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
+from tests.sim.forked import seedflood_in_child
 
 ROUNDS, EVAL_EVERY = 9, 3
 TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
@@ -84,10 +84,8 @@ def without_timing(record: dict[str, Any]) -> dict[str, Any]:
 def killed_run(data_dir: Path, method: str, out: Path, kill_round: int, point: str) -> int:
     """`seedflood run --resume` in a child process told to die after ``kill_round``; its exit
     status."""
-    env = {**os.environ, KILL_ROUND_VARIABLE: str(kill_round), KILL_AT_VARIABLE: point}
-    env["OMP_NUM_THREADS"] = "1"
-    command = [sys.executable, "-m", "seedflood", *cli_args(data_dir, method, out), "--resume"]
-    return subprocess.run(command, env=env, capture_output=True, check=False).returncode
+    fault = {KILL_ROUND_VARIABLE: str(kill_round), KILL_AT_VARIABLE: point}
+    return seedflood_in_child([*cli_args(data_dir, method, out), "--resume"], fault)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -318,9 +316,10 @@ def test_compare_resumes_an_interrupted_run_from_its_checkpoint(
     base = Path("configs/quickstart.yaml").resolve()
     grid.write_text(f"base: {base}\ncommon: {{{settings}}}\nvariants:\n  seedflood: {{}}\n")
     out = tmp_path / "out"
-    env = {**os.environ, KILL_ROUND_VARIABLE: "5", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "seedflood", "compare", str(grid), "--out", str(out)]
-    assert subprocess.run(command, env=env, capture_output=True, check=False).returncode == 137
+    killed = seedflood_in_child(
+        ["compare", str(grid), "--out", str(out)], {KILL_ROUND_VARIABLE: "5"}
+    )
+    assert killed == 137
 
     result = CliRunner().invoke(app, ["compare", str(grid), "--out", str(out)])
     assert result.exit_code == 0, result.output

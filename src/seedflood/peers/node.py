@@ -287,7 +287,7 @@ class Node(PeerRecords, Waiting):
                 atomic_write_jsonl(self.options.out_dir / "history.jsonl", self.history)
             record["committed_step"] = state.committed_step
             record["wall_seconds"] = time.perf_counter() - started
-            atomic_write_json(self.options.out_dir / "status.json", record)
+            atomic_write_json(self.options.out_dir / "status.json", record, durable=False)
             report(done, record)
             next_round = done
             if self.options.pace:
