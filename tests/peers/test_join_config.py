@@ -6,7 +6,6 @@ step, while the run goes on without it."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,11 +14,12 @@ import pytest
 
 from seedflood.config import load_config
 from seedflood.peers.admission import ConfigDiffers, SharedConfig
-from seedflood.peers.launch import merge_results, peer_command, start_peer
+from seedflood.peers.launch import merge_results, peer_command
 
 pytest.importorskip("hivemind", reason="membership needs hivemind's clock")
 
 from seedflood.peers.membership import Membership, MembershipError, run_config
+from tests.forked import Child, start_forked_peer
 from tests.peers.test_node import PacedPeers, wait_until, write_config
 
 RUN = SharedConfig.of(load_config(None, ["model=tiny", "lr=0.005"]))
@@ -81,7 +81,7 @@ def test_a_record_with_a_bad_config_is_left_out_and_an_older_one_has_no_say() ->
     assert run_config(members) == RUN
 
 
-def start_other(peers: PacedPeers, k: int, overrides: list[str]) -> subprocess.Popen[bytes]:
+def start_other(peers: PacedPeers, k: int, overrides: list[str]) -> Child:
     """A peer of the run started with ``overrides`` on top of the run's config file."""
     command = peer_command(
         peers.config_file,
@@ -91,7 +91,7 @@ def start_other(peers: PacedPeers, k: int, overrides: list[str]) -> subprocess.P
         initial_peers=[peers.address] if peers.address else [],
         evaluate=False,
     )
-    peers.processes[k] = start_peer(command, peers.dir(k))
+    peers.processes[k] = start_forked_peer(command, peers.dir(k))
     return peers.processes[k]
 
 

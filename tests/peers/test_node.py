@@ -25,7 +25,6 @@ from seedflood.peers.launch import (
     peer_command,
     peer_threads,
     read_status,
-    start_peer,
     wait_for_address,
     write_allowlist,
 )
@@ -35,6 +34,7 @@ from seedflood.protocol.message_log import MessageLog
 from seedflood.report import find_runs, summarize
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build
+from tests.forked import Child, start_forked_peer
 
 pytest.importorskip("hivemind", reason="real-peer tests need hivemind installed")
 # real `seedflood peer` processes, marked to run one test at a time (see the Makefile)
@@ -121,7 +121,7 @@ def test_four_peers_whose_pushes_are_dropped_recover_by_pull_repair(
     assert results["repair_bytes"] > 0 and sum(results["rejected"].values()) == 0
 
 
-def kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: Child | subprocess.Popen) -> None:
     """SIGKILL the peer with its DHT process and p2pd daemon: a machine that lost power."""
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
@@ -138,8 +138,9 @@ def wait_until(condition, timeout: float, what: str) -> None:
 class PacedPeers:
     """Peer processes of one run, started one by one and paced (0.25 s per round unless told),
     so a test can kill, restart or add one mid-run; the first one started is everyone's
-    bootstrap. A test that needs the run to last through something slow (a process start, a
-    removal's wait) paces it slower rather than running more rounds: the same time, less CPU."""
+    bootstrap. Each is forked from a server that has imported the peer (tests.forked). A test
+    that needs the run to last through something slow (a process start, a removal's wait)
+    paces it slower rather than running more rounds: the same time, less CPU."""
 
     def __init__(
         self,
@@ -152,7 +153,7 @@ class PacedPeers:
     ) -> None:
         self.config_file, self.run_id, self.root = config_file, run_id, root
         self.patience, self.pace = patience, pace
-        self.processes: dict[int, subprocess.Popen] = {}
+        self.processes: dict[int, Child] = {}
         self.address: str | None = None
         self.allow = (
             None
@@ -176,7 +177,7 @@ class PacedPeers:
             allow=self.allow,
             patience=self.patience,
         )
-        self.processes[k] = start_peer(command, self.dir(k), environment=environment)
+        self.processes[k] = start_forked_peer(command, self.dir(k), environment)
         if self.address is None:
             self.address = wait_for_address(self.dir(k), self.processes[k], timeout=120)
 

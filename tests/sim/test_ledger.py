@@ -29,7 +29,7 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.ledger import IN_FLIGHT, resume_from_ledger
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
-from tests.sim.forked import seedflood_in_child
+from tests.forked import seedflood_in_child
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 

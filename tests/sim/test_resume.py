@@ -27,7 +27,7 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.devices import peak_rss_mb, proc_status_kb, reset_peak_rss
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
-from tests.sim.forked import seedflood_in_child
+from tests.forked import seedflood_in_child
 
 ROUNDS, EVAL_EVERY = 9, 3
 TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
