@@ -35,13 +35,14 @@ def _run(args: list[str], environment: dict[str, str], log: str | None) -> None:
     os.environ.update(environment)
     if "OMP_NUM_THREADS" in environment:  # read at torch's import, which happened in the server
         torch.set_num_threads(int(environment["OMP_NUM_THREADS"]))
-    code = 1
+    code = 0
     try:
         app(args, prog_name="seedflood")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
+    except SystemExit as stop:  # as the interpreter maps it: None is 0, a message is 1
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     except BaseException:
         traceback.print_exc()
+        code = 1
     os._exit(code)
 
 
