@@ -193,12 +193,22 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
     on_gpu = planned[3]
     config = on_gpu.config.model_dump(mode="json")
     write_run(root, "paper-subcge", on_gpu.name, 0.7, wall_seconds=90, device="cuda", **config)
+    # a run part-way through says how far its committed ledger got; one whose ledger was made
+    # under another config says nothing, as compare would start it again
+    for run, lr in ((planned[4], planned[4].config.lr), (planned[5], 0.5)):
+        directory = root / "results" / "paper-subcge" / "runs" / run.name
+        directory.mkdir(parents=True)
+        config = {**run.config.model_dump(mode="json"), "lr": lr}
+        (directory / "manifest.json").write_text(json.dumps({"config": config}))
+        history = [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}]
+        (directory / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert (
         "Not yet run: 9 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
         "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
         "finished ones):\n\n- seedflood (2 finished here in 10–25 min each; 1 finished on cuda "
-        "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0," in text
+        "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0 (round 20 of 30 so "
+        f"far: validation 66.5%), {planned[5].name.removeprefix('seedflood_')}," in text
     )
 
 

@@ -5,15 +5,23 @@ scaling curve without its 128-client point or a main table with one seed of thre
 section lists its grid's runs that have no results with that grid's exact config (a run made
 under an older config counts as missing, as `seedflood compare` would rerun it) and the command
 that completes the grid, skipping what has finished, with the time its finished runs of the same
-variant took, so whoever completes the grid can plan the hours.
+variant took, so whoever completes the grid can plan the hours. A missing run that is part-way
+through, its committed ledger made under the grid's config, says how far it got and its last
+validation accuracy: a lane resumes from there, and a reader sees the number it will settle.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
-from seedflood.grid import plan
+from pydantic import ValidationError
+
+from seedflood.config import RunConfig
+from seedflood.files import read_jsonl
+from seedflood.grid import PlannedRun, plan
+from seedflood.protocol.ledger import MANIFEST
 
 
 def compare_command(grid: str, out: str) -> str:
@@ -42,7 +50,8 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
             device = results.get("device", "cpu")
             minutes[variant][device].append(results["wall_seconds"] / 60)
         else:
-            missing[variant].append(run.name.removeprefix(variant).strip("_"))
+            name = run.name.removeprefix(variant).strip("_")
+            missing[variant].append(name + _so_far(run, root / out))
     if not missing:
         return []
     count = sum(len(names) for names in missing.values())
@@ -69,3 +78,24 @@ def _took(by_device: dict[str, list[float]]) -> str:
         where = "here" if device == "cpu" else f"on {device}"
         parts.append(f"{len(minutes)} finished {where} in {span} min{each}")
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _so_far(run: PlannedRun, out: Path) -> str:
+    """ " (round R of N so far: validation V%)" for a run part-way through under this grid's
+    config (its ledger's manifest says which), else ""."""
+    directory = run.directory(out)
+    manifest, history = directory / MANIFEST, directory / "history.jsonl"
+    if not (manifest.is_file() and history.is_file()):
+        return ""
+    try:
+        stored = RunConfig(**json.loads(manifest.read_text())["config"])
+        evaluated = [h for h in read_jsonl(history) if h["round"] > 0]
+    except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
+        return ""
+    if stored != run.config or not evaluated:
+        return ""
+    last = evaluated[-1]
+    return (
+        f" (round {last['round']} of {run.config.rounds} so far: validation "
+        f"{100 * last['accuracy']:.1f}%)"
+    )
