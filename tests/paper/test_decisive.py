@@ -120,7 +120,8 @@ def test_scaling_at_length_is_normalised_to_its_own_dsgd_and_judged_when_whole(r
     )
     assert "Not yet run: 51 of the 51 runs of configs/paper/scaling-sst2-long.yaml" in text
     so_far = "SeedFlood 95.0% at 16 (1 seed) → 100.0% at 128 (1 seed) clients of DSGD@16's seed"
-    assert f"listed below). So far: {so_far} mean (paper: 100.2% at 128)." in text
+    gossip = "gossip: dsgd-lora 87.5% at 16 (1 seed) → 75.0% at 128 (1 seed)."
+    assert f"listed below). So far: {so_far} mean (paper: 100.2% at 128); {gossip}" in text
     # the summary leads with it, beside the short grid's verdict, which it does not replace
     row = found_row(text, "2")
     assert f"| at the papers' horizon, not yet decided, so far: {so_far} mean" in row, row

@@ -52,16 +52,26 @@ def scaling_at_length(root: Path, out: Path) -> list[str]:
 
 
 def _so_far(normalised: dict[str, dict[int, float]], runs: list[Run]) -> str:
-    """SeedFlood's curve as far as it has run, each size with its number of seeds: what the
-    summary at the top can say while the grid is unfinished."""
-    curve = normalised.get("seedflood", {})
-    if not curve:
+    """SeedFlood's curve as far as it has run, then the gossip methods' (the claim's other half:
+    they degrade), each size with its number of seeds: what the summary at the top can say while
+    the grid is unfinished."""
+    if not normalised.get("seedflood"):
         return ""
-    seeds = Counter(r.results["clients"] for r in runs if r.results["method"] == "seedflood")
-    points = " → ".join(
-        f"{pct(curve[n])}% at {n} ({seeds[n]} seed{'s' * (seeds[n] > 1)})" for n in sorted(curve)
+    seeds = Counter((r.results["method"], r.results["clients"]) for r in runs)
+
+    def curve(method: str) -> str:
+        by_size = normalised[method]
+        return " → ".join(
+            f"{pct(by_size[n])}% at {n} ({seeds[method, n]} seed{'s' * (seeds[method, n] > 1)})"
+            for n in sorted(by_size)
+        )
+
+    gossip = [f"{m} {curve(m)}" for m in sorted(normalised) if m not in ("seedflood", "dsgd")]
+    rivals = f"; gossip: {'; '.join(gossip)}" if gossip else ""
+    return (
+        f" So far: SeedFlood {curve('seedflood')} clients of DSGD@16's seed mean (paper: 100.2% "
+        f"at 128){rivals}."
     )
-    return f" So far: SeedFlood {points} clients of DSGD@16's seed mean (paper: 100.2% at 128)."
 
 
 Body = tuple[list[str], str, dict[str, dict[int, float]]]
