@@ -14,6 +14,7 @@ from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
 from seedflood.paper.setting import device_note, portable_note
 from seedflood.report import Run
+from seedflood.sim.ledger import LAST_ROUND
 from tests.paper.fabricate import REPO, write_pipeline_runs, write_run
 
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
@@ -202,13 +203,15 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
         (directory / "manifest.json").write_text(json.dumps({"config": config}))
         history = [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}]
         (directory / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+        point = {"round": 25, "train_seconds": 900.0, "wall_seconds": 1000.0}
+        (directory / LAST_ROUND).write_text(json.dumps(point))
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert (
         "Not yet run: 9 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
         "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
         "finished ones):\n\n- seedflood (2 finished here in 10–25 min each; 1 finished on cuda "
-        "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0 (round 20 of 30 so "
-        f"far: validation 66.5%), {planned[5].name.removeprefix('seedflood_')}," in text
+        "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0 (round 25 of 30 so "
+        f"far: validation 66.5% at round 20), {planned[5].name.removeprefix('seedflood_')}," in text
     )
 
 

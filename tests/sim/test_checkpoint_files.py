@@ -36,6 +36,7 @@ from seedflood.sim.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from seedflood.sim.ledger import LAST_ROUND
 from seedflood.sim.plain_state import Decoder, Encoder, PlainStateError
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
@@ -184,8 +185,10 @@ def die_at(requested: tuple[int, str] | None, done: int, point: str) -> None:
 def test_a_damaged_checkpoint_gives_way_to_the_ledger(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed after round 5 with its checkpoint (of round 3) damaged: the run resumes from its
-    ledger at round 3 and ends on the uninterrupted run's state hash, logging exactly its log."""
+    """Killed after round 5 with its checkpoint (of round 3) damaged and its ledger's round file
+    lost (else the ledger, two rounds further, would be taken over the checkpoint unread): the
+    run resumes from its ledger at round 3 and ends on the uninterrupted run's state hash,
+    logging exactly its log."""
     seedflood = config(data_dir)
     whole = run(seedflood, tmp_path / "whole")
     cut = tmp_path / "cut"
@@ -196,6 +199,7 @@ def test_a_damaged_checkpoint_gives_way_to_the_ledger(
         run(seedflood, cut, resume=True)
     monkeypatch.delenv(KILL_ROUND_VARIABLE)
     flip_a_tensor_bit(cut / CHECKPOINT_NAME)
+    (cut / LAST_ROUND).unlink()
 
     notes: list[str] = []
     resumed = run(

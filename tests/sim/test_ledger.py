@@ -26,7 +26,7 @@ from seedflood.sim.checkpoint import (
     KILL_ROUND_VARIABLE,
     CheckpointError,
 )
-from seedflood.sim.ledger import IN_FLIGHT, resume_from_ledger
+from seedflood.sim.ledger import IN_FLIGHT, LAST_ROUND, resume_from_ledger
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
 from tests.forked import seedflood_in_child
@@ -188,45 +188,69 @@ def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
 
 @pytest.mark.slow  # a run, then its resume from the ledger (about 5 s each)
 @pytest.mark.parametrize(
-    ("flooding", "kill_round", "kill_at", "resumed_at"),
+    ("flooding", "kill_round", "kill_at", "removed", "resumed_at"),
     [
-        ((), "7", "round", 6),
-        # delayed: hops 1 on an 8-client ring (diameter 4), messages in flight at each evaluation
-        (("clients=8", "hops=1"), "7", "round", 6),
-        # killed after round 6's history but before its ledger: back to round 3's evaluation
-        (("clients=8", "hops=1"), "6", "history", 3),
+        # killed in round 8, between evaluations (every 3 rounds): back to round 7, logged whole
+        ((), "8", "round", (CHECKPOINT_NAME,), 7),
+        # delayed: hops 1 on an 8-client ring (diameter 4), messages in flight every round
+        (("clients=8", "hops=1"), "8", "round", (CHECKPOINT_NAME,), 7),
+        # the checkpoint of round 6 kept: the ledger, a round further, is preferred
+        (("clients=8", "hops=1"), "8", "round", (), 7),
+        # killed before round 6's evaluation: back to round 5, so that round 6 is evaluated
+        (("clients=8", "hops=1"), "6", "round", (CHECKPOINT_NAME,), 5),
+        # killed after round 6's history, before its checkpoint and round file: history's round
+        (("clients=8", "hops=1"), "6", "history", (CHECKPOINT_NAME,), 6),
+        # ledger_round.json lost (or a ledger written before it existed): the last evaluation
+        (("clients=8", "hops=1"), "8", "round", (CHECKPOINT_NAME, LAST_ROUND), 6),
     ],
 )
-def test_a_killed_run_resumes_from_its_ledger_alone(
-    data_dir, tmp_path, one_thread, flooding, kill_round, kill_at, resumed_at
+def test_a_killed_run_resumes_from_its_ledger(
+    data_dir, tmp_path, one_thread, flooding, kill_round, kill_at, removed, resumed_at
 ) -> None:
-    """Killed with its checkpoint gone: the log, the messages in flight and history.jsonl
-    (evaluations every 3 rounds) bring it back to the last evaluation they hold with no forward
-    pass, and it ends as an uninterrupted run does."""
+    """Killed with its checkpoint gone (or older than the ledger): the log, the messages in
+    flight, ledger_round.json and history.jsonl bring it back to the last round they hold with
+    no forward pass, and it ends as an uninterrupted run does."""
     sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=9", *flooding]
     whole = run(load_config(QUICKSTART, sets), tmp_path / "whole")
-    args = ["run", str(QUICKSTART), "--out", str(tmp_path / "cut"), "--resume"]
+    cut = tmp_path / "cut"
+    args = ["run", str(QUICKSTART), "--out", str(cut), "--resume"]
     for override in sets:
         args += ["--set", override]
     fault = {KILL_ROUND_VARIABLE: kill_round, KILL_AT_VARIABLE: kill_at}
     assert seedflood_in_child(args, fault) == 137
-    assert (tmp_path / "cut" / IN_FLIGHT).is_file() == bool(flooding)
-    (tmp_path / "cut" / CHECKPOINT_NAME).unlink()
+    assert (cut / IN_FLIGHT).is_file() == bool(flooding)
+    assert json.loads((cut / LAST_ROUND).read_text())["round"] == int(kill_round) - 1
+    for name in removed:
+        (cut / name).unlink()
     other = CliRunner().invoke(app, [*args, "--set", "lr=0.02"])  # not this log's run
     assert other.exit_code == 2
     assert "lr (checkpoint 0.005, now 0.02)" in " ".join(other.output.split())
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"resumed from the ledger at round {resumed_at}" in " ".join(result.output.split())
-    resumed = json.loads((tmp_path / "cut" / "results.json").read_text())
+    resumed = json.loads((cut / "results.json").read_text())
     timing = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
     assert {k: v for k, v in resumed.items() if k not in timing} == {
         k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
     }
-    assert (tmp_path / "cut" / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()
-    assert not (tmp_path / "cut" / IN_FLIGHT).exists()
+    history = [line for line in (cut / "history.jsonl").read_text().splitlines()]
+    assert [json.loads(line)["round"] for line in history] == [0, 3, 6, 9]
+    assert (cut / LOG).read_bytes() == (tmp_path / "whole" / LOG).read_bytes()
+    assert not (cut / IN_FLIGHT).exists() and not (cut / LAST_ROUND).exists()
     if flooding:  # messages were still in flight when the run ended: never committed, not logged
         assert whole["ledger_messages"] < 8 * 9
+
+
+def test_a_damaged_round_file_is_refused_by_name(data_dir, tmp_path, one_thread) -> None:
+    out = tmp_path / "run"
+    sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=2", "eval_every=2"]
+    run_config = load_config(QUICKSTART, sets)
+    run(run_config, out)
+    (out / "results.json").unlink()
+    for damage in ('{"round": "7"}', "{", '{"round": 1, "train_seconds": 2.0}'):
+        (out / LAST_ROUND).write_text(damage)
+        with pytest.raises(CheckpointError, match=r"ledger_round.json is damaged: it must hold"):
+            resume_from_ledger(out, run_config, build(run_config).algorithm)
 
 
 def test_files_from_two_runs_are_refused_not_mixed(data_dir, tmp_path, one_thread) -> None:

@@ -22,6 +22,8 @@ from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
 from seedflood.grid import PlannedRun, plan
 from seedflood.protocol.ledger import MANIFEST
+from seedflood.sim.checkpoint import CheckpointError
+from seedflood.sim.ledger import last_round
 
 
 def compare_command(grid: str, out: str) -> str:
@@ -82,7 +84,8 @@ def _took(by_device: dict[str, list[float]]) -> str:
 
 def _so_far(run: PlannedRun, out: Path) -> str:
     """ " (round R of N so far: validation V%)" for a run part-way through under this grid's
-    config (its ledger's manifest says which), else ""."""
+    config (its ledger's manifest says which), else ""; R is the last round its ledger logged
+    whole, with the round of V where that is earlier."""
     directory = run.directory(out)
     manifest, history = directory / MANIFEST, directory / "history.jsonl"
     if not (manifest.is_file() and history.is_file()):
@@ -90,12 +93,16 @@ def _so_far(run: PlannedRun, out: Path) -> str:
     try:
         stored = RunConfig(**json.loads(manifest.read_text())["config"])
         evaluated = [h for h in read_jsonl(history) if h["round"] > 0]
-    except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
+        logged = last_round(directory)
+    except (json.JSONDecodeError, KeyError, TypeError, ValidationError, CheckpointError):
         return ""
     if stored != run.config or not evaluated:
         return ""
     last = evaluated[-1]
-    return (
-        f" (round {last['round']} of {run.config.rounds} so far: validation "
-        f"{100 * last['accuracy']:.1f}%)"
-    )
+    accuracy = f"validation {100 * last['accuracy']:.1f}%"
+    if logged is not None and logged["round"] > last["round"]:
+        return (
+            f" (round {logged['round']} of {run.config.rounds} so far: {accuracy} at round "
+            f"{last['round']})"
+        )
+    return f" (round {last['round']} of {run.config.rounds} so far: {accuracy})"

@@ -2,24 +2,25 @@
 peers' log format, and its manifest, written when the run starts and completed when it ends (see
 `seedflood.protocol.ledger`).
 
-The log follows the checkpoint: it is synced before each checkpoint is written, and a resumed run
-cuts it back to what its checkpoint had committed, so a killed and resumed run logs what an
-uninterrupted one does. Over perfect links every message a run makes is either in the log or, with
-delayed flooding (hops below the diameter), still in flight; those are written at each evaluation
-beside the log (``in_flight.log``). Both with history.jsonl then resume a run with no checkpoint:
-its rounds are replayed without a forward pass, from files of a few kilobytes, so a long run can be
-committed evaluation by evaluation and continued on another machine.
+Every round the log is synced, the messages still in flight (with delayed flooding, hops below the
+diameter) are written beside it (``in_flight.log``), and then, once its evaluation (if any) is in
+history.jsonl, the round and the run's time so far (``ledger_round.json``). Those files with
+history.jsonl resume a run with or without a checkpoint, at the last round they hold, not the last
+evaluation: its rounds are replayed without a forward pass from files of a few kilobytes, so a
+long run stopped at any point loses at most the round it was in, and can be committed and
+continued on another machine. A resumed run first cuts the log back to what it resumed from, so a
+killed and resumed run logs what an uninterrupted one does.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
-from seedflood.files import read_jsonl
+from seedflood.files import atomic_write_json, read_jsonl
 from seedflood.protocol.ledger import LOG, MANIFEST, write_manifest
 from seedflood.protocol.message_log import (
     MessageLog,
@@ -32,7 +33,24 @@ from seedflood.protocol.messages import Message
 from seedflood.sim.checkpoint import CheckpointError, config_differences
 
 IN_FLIGHT = "in_flight.log"
-"""Messages made but not yet committed at the last evaluation; removed when the run ends."""
+"""Messages made but not yet committed at the last round logged; removed when the run ends."""
+
+LAST_ROUND = "ledger_round.json"
+"""The last round logged, with the run's training and wall seconds then; removed when the run
+ends."""
+
+
+TIMES = ("train_seconds", "wall_seconds")
+
+
+class LedgerPoint(NamedTuple):
+    """Where a run resumed from its ledger stands: its rounds done, its history (the evaluations
+    up to them) and its time so far."""
+
+    round: int
+    history: list[dict[str, Any]]
+    train_seconds: float
+    wall_seconds: float
 
 
 class RunLedger:
@@ -44,7 +62,8 @@ class RunLedger:
         self.config, self.algorithm, self.base_hash = config, algorithm, base_hash
         committed = algorithm.committed_count
         if committed == 0:
-            self.path.unlink(missing_ok=True)
+            for stale in (self.path, self.in_flight_path, out / LAST_ROUND):
+                stale.unlink(missing_ok=True)
         elif self.path.is_file():
             keep_first(self.path, committed, config.scalar_format)
         self.log = MessageLog(self.path, config.scalar_format)
@@ -66,18 +85,22 @@ class RunLedger:
             messages=len(self.log),
         )
 
-    def record(self) -> None:
-        """Log what the last round committed."""
+    def commit_round(self) -> None:
+        """Log what the last round committed and make it durable, and with it the messages
+        still in flight (two fsyncs of a few bytes, nothing beside a round's forward passes)."""
         self.log.append(self.algorithm.take_committed())
-
-    def sync(self) -> None:
-        """Make the log durable, and with it the messages still in flight."""
         self.log.sync()
         in_flight = self.algorithm.in_flight()
         if in_flight:
             write_messages(self.in_flight_path, in_flight, self.config.scalar_format)
         else:
             self.in_flight_path.unlink(missing_ok=True)
+
+    def mark_round(self, done: int, train_seconds: float, wall_seconds: float) -> None:
+        """Round ``done`` is whole: its messages logged and, at an evaluation, its history
+        written. A resume starts from the last round marked, never one whose evaluation is lost."""
+        point = {"round": done, "train_seconds": train_seconds, "wall_seconds": wall_seconds}
+        atomic_write_json(self.path.parent / LAST_ROUND, point)
 
     def close(self) -> dict[str, Any]:
         """Close the log, written anew in whole records (its framing then does not depend on
@@ -86,21 +109,22 @@ class RunLedger:
         self.log.close()
         keep_first(self.path, len(self.log), self.config.scalar_format)
         self.in_flight_path.unlink(missing_ok=True)
+        (self.path.parent / LAST_ROUND).unlink(missing_ok=True)
         manifest = self._manifest(self.algorithm.state_hash())
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
 
-def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> list[dict[str, Any]]:
-    """Replay the rounds up to the last evaluation in ``out``/history.jsonl whose messages the
-    log and the in-flight file hold into the freshly built ``algorithm``; that history (cut
-    there), or [] where the run cannot be resumed this way (no history beyond round 0, or links
-    that lose messages, whose repair the files do not record)."""
+def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> LedgerPoint | None:
+    """Replay into the freshly built ``algorithm`` the rounds up to the last one the log and the
+    in-flight file in ``out`` hold whole and ledger_round.json or history.jsonl timed (the later
+    of the two); where it stands then, or None where the run cannot be resumed this way (no
+    round beyond 0, or links that lose messages, whose repair the files do not record)."""
     history_file = out / "history.jsonl"
     if not (history_file.is_file() and (out / LOG).is_file()) or not replayable(algorithm):
-        return []
+        return None
     history = read_jsonl(history_file)
-    if not history or history[-1]["round"] == 0:
-        return []
+    if not history:
+        return None
     try:
         written = json.loads((out / MANIFEST).read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -118,21 +142,72 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> li
     steps = 0  # the steps whose every client's message is held, from the first on
     while len(made.get(steps, ())) == config.clients:
         steps += 1
-    covered = [entry for entry in history if entry["round"] * config.steps_per_round <= steps]
-    rounds = covered[-1]["round"]
-    if rounds == 0:
+    point = _resume_point(out, history, steps // config.steps_per_round)
+    if point.round == 0:
+        if history[-1]["round"] == 0:
+            return None
         raise CheckpointError(
             f"{out / LOG} and {out / IN_FLIGHT} hold the messages of {steps} steps, fewer than "
             f"any evaluation {history_file} records needs: the ledger was cut; run it afresh"
         )
-    for round_index in range(rounds):
+    for round_index in range(point.round):
         first = round_index * config.steps_per_round
         algorithm.replay_round(
             round_index,
             [m for step in range(first, first + config.steps_per_round) for m in made[step]],
         )
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
-    return covered
+    return point
+
+
+def _resume_point(out: Path, history: list[dict[str, Any]], held: int) -> LedgerPoint:
+    """The later of the last evaluation and the last round logged that the ``held`` rounds
+    reach (a round logged beyond them is from before a resume that cut the log back)."""
+    covered = [entry for entry in history if entry["round"] <= held]
+    last = covered[-1] if covered else {"round": 0, "train_seconds": 0.0, "wall_seconds": 0.0}
+    logged = last_round(out)
+    if logged is not None and last["round"] < logged["round"] <= held:
+        last = logged
+    return LedgerPoint(
+        last["round"],
+        [entry for entry in covered if entry["round"] <= last["round"]],
+        last["train_seconds"],
+        last["wall_seconds"],
+    )
+
+
+def last_round(out: Path) -> dict[str, Any] | None:
+    """ledger_round.json in ``out``, checked, or None where there is none."""
+    path = out / LAST_ROUND
+    if not path.is_file():
+        return None
+    try:
+        point = json.loads(path.read_text())
+        valid = (
+            isinstance(point, dict)
+            and type(point.get("round")) is int
+            and point["round"] >= 0
+            and all(isinstance(point.get(k), int | float) for k in TIMES)
+        )
+    except (OSError, ValueError):
+        valid = False
+    if not valid:
+        raise CheckpointError(
+            f"{path} is damaged: it must hold a round (a whole number) with its train_seconds "
+            "and wall_seconds; delete it to resume from the last evaluation instead"
+        )
+    return point
+
+
+def ledger_ahead(out: Path, algorithm: SeedFlood) -> bool:
+    """Whether the ledger in ``out`` has logged a round beyond history.jsonl's last
+    evaluation, where any checkpoint was written: resuming from it then loses less."""
+    logged = last_round(out) if replayable(algorithm) else None
+    history_file = out / "history.jsonl"
+    if logged is None or not history_file.is_file():
+        return False
+    history = read_jsonl(history_file)
+    return bool(history) and logged["round"] > history[-1]["round"]
 
 
 def _made(out: Path, clients: int) -> dict[int, list[Message]]:

@@ -51,7 +51,7 @@ from seedflood.sim.devices import (
     run_device,
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
-from seedflood.sim.ledger import RunLedger, resume_from_ledger
+from seedflood.sim.ledger import RunLedger, ledger_ahead, resume_from_ledger
 from seedflood.sim.tracking import Tracker
 from seedflood.topology import Topology
 
@@ -219,11 +219,14 @@ def _fresh_or_resumed(
     exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
 ) -> Progress:
     """Where the loop starts: with ``resume``, the checkpoint's state (the algorithm restored in
-    place), or else the last evaluation the ledger and history reach (rounds replayed into the
-    algorithm); otherwise round 0. The untrained model is scored first either way (once per
-    machine for each starting model and test set: see accuracy_cache)."""
+    place), or else, and before it where the ledger logged rounds after the checkpoint's
+    evaluation, the last round the ledger reaches (rounds replayed into the algorithm);
+    otherwise round 0. The untrained model is scored first either way (once per machine for
+    each starting model and test set: see accuracy_cache)."""
     damaged: CheckpointDamaged | None = None
-    if resume and saved_at.is_file():
+    seedflood = isinstance(exp.algorithm, SeedFlood)
+    ahead = resume and seedflood and ledger_ahead(saved_at.parent, exp.algorithm)
+    if resume and saved_at.is_file() and not ahead:
         try:
             state = load_checkpoint(saved_at, exp.config, exp.algorithm)
         except CheckpointDamaged as error:
@@ -238,19 +241,17 @@ def _fresh_or_resumed(
         zero_shot = cached_accuracy(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
-    history = (
+    point = (
         resume_from_ledger(saved_at.parent, exp.config, exp.algorithm)
-        if resume and isinstance(exp.algorithm, SeedFlood)
-        else []
+        if resume and seedflood
+        else None
     )
-    if damaged is not None and not history:
+    if damaged is not None and point is None:
         raise damaged
-    if history:
-        done = history[-1]["round"]
-        text = f"resumed from the ledger at round {done}"
-        report(done, {"event": "note", "text": f"{damaged}; {text}" if damaged else text})
-        last = history[-1]
-        return Progress(done, history, last["train_seconds"], last["wall_seconds"], zero_shot)
+    if point is not None:
+        text = f"resumed from the ledger at round {point.round}"
+        report(point.round, {"event": "note", "text": f"{damaged}; {text}" if damaged else text})
+        return Progress(*point, zero_shot)
     if resume:
         text = f"no checkpoint {saved_at}: starting from scratch"
         report(0, {"event": "nothing_to_resume", "text": text})
@@ -267,9 +268,10 @@ def run(
 ) -> dict[str, Any]:
     """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl.
 
-    Every evaluation also writes a checkpoint (unless $SEEDFLOOD_CHECKPOINTS is off), and
-    ``resume`` continues from it: a run killed at any point and resumed ends with the results of
-    an uninterrupted one, bit for bit but for its timing fields. A finished run also writes its
+    Every evaluation also writes a checkpoint (unless $SEEDFLOOD_CHECKPOINTS is off), and every
+    SeedFlood round its ledger; ``resume`` continues from the later of the two: a run killed at
+    any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
+    timing fields. A finished run also writes its
     trained model (``model/``, as transformers saves one; the clients' average where they differ)
     and, for SeedFlood, its ledger (``messages.log`` and ``manifest.json``: `seedflood replay`
     rebuilds the model from them).
@@ -312,8 +314,6 @@ def run(
             atomic_write_jsonl(out / "history.jsonl", history)
             tracker.log(history)
             maybe_kill(kill, done, "history")
-            if ledger is not None:
-                ledger.sync()
             progress_now = Progress(
                 done, history, train_seconds, entry["wall_seconds"], state.zero_shot_accuracy
             )
@@ -329,16 +329,18 @@ def run(
         for round_index in range(state.round, config.rounds):
             round_started = time.perf_counter()
             stats = algorithm.run_round(round_index)
-            if ledger is not None:
-                ledger.record()
             train_seconds += time.perf_counter() - round_started
             done = round_index + 1
+            if ledger is not None:
+                ledger.commit_round()
             maybe_kill(kill, done, "round")
             stopped = algorithm.stop_reason()
             if stopped:
                 report(done, {"event": "note", "text": stopped})
             if stopped or done % config.eval_every == 0 or done == config.rounds:
                 record(done, stats)
+            if ledger is not None:
+                ledger.mark_round(done, train_seconds, time.perf_counter() - started)
             maybe_kill(kill, done, "checkpoint")
             event = "evaluation" if history[-1]["round"] == done else "round"
             report(done, {**history[-1], **stats, "event": event})
