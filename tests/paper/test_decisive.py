@@ -97,6 +97,7 @@ def test_scaling_at_length_is_normalised_to_its_own_dsgd_and_judged_when_whole(r
         ("seedflood", 0.80, 128),
         ("dsgd-lora", 0.70, 16),
         ("dsgd-lora", 0.60, 128),
+        ("dzsgd-lora", 0.52, 16),  # 2.4 points above zero-shot: it has not learned
     ):
         write_run(root, "paper-scaling-long", f"{name}_seed-0_clients-{clients}", accuracy,
                   clients=clients, rounds=6 if "dsgd" in name else LONG)  # fmt: skip
@@ -120,7 +121,10 @@ def test_scaling_at_length_is_normalised_to_its_own_dsgd_and_judged_when_whole(r
     )
     assert "Not yet run: 51 of the 51 runs of configs/paper/scaling-sst2-long.yaml" in text
     so_far = "SeedFlood 95.0% at 16 (1 seed) → 100.0% at 128 (1 seed) clients of DSGD@16's seed"
-    gossip = "gossip: dsgd-lora 87.5% at 16 (1 seed) → 75.0% at 128 (1 seed)."
+    gossip = (
+        "gossip: dsgd-lora 87.5% at 16 (1 seed) → 75.0% at 128 (1 seed); "
+        "dzsgd-lora 65.0% at 16 (1 seed) (did not learn)."
+    )
     assert f"listed below). So far: {so_far} mean (paper: 100.2% at 128); {gossip}" in text
     # the summary leads with it, beside the short grid's verdict, which it does not replace
     row = found_row(text, "2")

@@ -53,11 +53,13 @@ def scaling_at_length(root: Path, out: Path) -> list[str]:
 
 def _so_far(normalised: dict[str, dict[int, float]], runs: list[Run]) -> str:
     """SeedFlood's curve as far as it has run, then the gossip methods' (the claim's other half:
-    they degrade), each size with its number of seeds: what the summary at the top can say while
-    the grid is unfinished."""
+    they degrade), each size with its number of seeds, and a method that has not learned named
+    as such (its fall is no degradation): what the summary at the top can say while the grid is
+    unfinished."""
     if not normalised.get("seedflood"):
         return ""
     seeds = Counter((r.results["method"], r.results["clients"]) for r in runs)
+    not_learned = set(unlearned(runs))
 
     def curve(method: str) -> str:
         by_size = normalised[method]
@@ -66,7 +68,11 @@ def _so_far(normalised: dict[str, dict[int, float]], runs: list[Run]) -> str:
             for n in sorted(by_size)
         )
 
-    gossip = [f"{m} {curve(m)}" for m in sorted(normalised) if m not in ("seedflood", "dsgd")]
+    gossip = [
+        f"{m} {curve(m)}{' (did not learn)' * (m in not_learned)}"
+        for m in sorted(normalised)
+        if m not in ("seedflood", "dsgd")
+    ]
     rivals = f"; gossip: {'; '.join(gossip)}" if gossip else ""
     return (
         f" So far: SeedFlood {curve('seedflood')} clients of DSGD@16's seed mean (paper: 100.2% "
