@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from seedflood import grid
 from seedflood.grid import plan
 from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
@@ -179,7 +180,9 @@ def test_scaling_and_subcge_sections_read_their_grids(root: Path) -> None:
     assert text.count("**Verdict: not yet run.**") == 1  # the horizon's grid alone
 
 
-def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> None:
+def test_a_partial_grid_names_its_missing_runs_and_the_command(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (root / "configs" / "paper").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")
     shutil.copy(REPO / "configs" / "paper" / "subcge-ablation.yaml", root / "configs" / "paper")
@@ -195,12 +198,19 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
     config = on_gpu.config.model_dump(mode="json")
     write_run(root, "paper-subcge", on_gpu.name, 0.7, wall_seconds=90, device="cuda", **config)
     # a run part-way through says how far its committed ledger got; one whose ledger was made
-    # under another config says nothing, as compare would start it again
-    for run, lr in ((planned[4], planned[4].config.lr), (planned[5], 0.5)):
+    # under another config, or on other data, says nothing, as compare would start it again
+    sizes = planned[4].config
+    now = {"train": sizes.n_train, "val": sizes.n_val, "test": sizes.n_test, "sha256": "a" * 64}
+    monkeypatch.setattr(grid, "data_identity", lambda _config: now)
+    for run, lr, data in (
+        (planned[4], planned[4].config.lr, now),
+        (planned[5], 0.5, now),
+        (planned[6], planned[6].config.lr, {**now, "sha256": "b" * 64}),
+    ):
         directory = root / "results" / "paper-subcge" / "runs" / run.name
         directory.mkdir(parents=True)
         config = {**run.config.model_dump(mode="json"), "lr": lr}
-        (directory / "manifest.json").write_text(json.dumps({"config": config}))
+        (directory / "manifest.json").write_text(json.dumps({"config": config, "data": data}))
         history = [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}]
         (directory / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
         point = {"round": 25, "train_seconds": 900.0, "wall_seconds": 1000.0}
@@ -211,7 +221,8 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(root: Path) -> No
         "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
         "finished ones):\n\n- seedflood (2 finished here in 10–25 min each; 1 finished on cuda "
         "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0 (round 25 of 30 so "
-        f"far: validation 66.5% at round 20), {planned[5].name.removeprefix('seedflood_')}," in text
+        f"far: validation 66.5% at round 20), {planned[5].name.removeprefix('seedflood_')}, "
+        f"{planned[6].name.removeprefix('seedflood_')}," in text
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -241,6 +242,33 @@ def test_a_killed_run_resumes_from_its_ledger(
         assert whole["ledger_messages"] < 8 * 9
 
 
+def resume_from(out: Path, run_config):
+    exp = build(run_config)
+    return resume_from_ledger(out, run_config, exp.algorithm, exp.data_identity)
+
+
+def test_a_ledger_made_on_other_data_is_refused(data_dir, tmp_path, one_thread) -> None:
+    """The same config on edited data files draws other examples: a finished run's ledger
+    replayed there would pass its model off as trained on them (compare reruns such a run)."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    out = tmp_path / "run"
+    sets = [*SETTINGS, f"data_dir={data}", "rounds=2", "eval_every=2"]
+    run(load_config(QUICKSTART, sets), out)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["data"]["train"] == 64 and len(manifest["data"]["sha256"]) == 64
+    (out / "results.json").unlink()
+    rows = (data / "sst2" / "train.jsonl").read_text().splitlines()
+    (data / "sst2" / "train.jsonl").write_text("\n".join(rows[1:]) + "\n")  # one row fewer
+    args = ["run", str(QUICKSTART), "--out", str(out), "--resume"]
+    for override in sets:
+        args += ["--set", override]
+    result = CliRunner().invoke(app, args)
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "was written by a run on other data (then 64 train" in output
+    assert "the data files changed since; run it again without --resume" in output
+
+
 def test_a_damaged_round_file_is_refused_by_name(data_dir, tmp_path, one_thread) -> None:
     out = tmp_path / "run"
     sets = [*SETTINGS, f"data_dir={data_dir}", "rounds=2", "eval_every=2"]
@@ -250,7 +278,7 @@ def test_a_damaged_round_file_is_refused_by_name(data_dir, tmp_path, one_thread)
     for damage in ('{"round": "7"}', "{", '{"round": 1, "train_seconds": 2.0}'):
         (out / LAST_ROUND).write_text(damage)
         with pytest.raises(CheckpointError, match=r"ledger_round.json is damaged: it must hold"):
-            resume_from_ledger(out, run_config, build(run_config).algorithm)
+            resume_from(out, run_config)
 
 
 def test_files_from_two_runs_are_refused_not_mixed(data_dir, tmp_path, one_thread) -> None:
@@ -265,14 +293,14 @@ def test_files_from_two_runs_are_refused_not_mixed(data_dir, tmp_path, one_threa
     write_messages(out / IN_FLIGHT, [Message(first.step, first.origin, first.scalar + 1.0)])
     (out / "results.json").unlink()
     with pytest.raises(CheckpointError, match=r"disagree on message \(0, 0\)"):
-        resume_from_ledger(out, run_config, build(run_config).algorithm)
+        resume_from(out, run_config)
     write_messages(out / IN_FLIGHT, [Message(first.step, 8, first.scalar)])
     with pytest.raises(CheckpointError, match=r"message from client 8, but the run has 8 clients"):
-        resume_from_ledger(out, run_config, build(run_config).algorithm)
+        resume_from(out, run_config)
     (out / IN_FLIGHT).unlink()
     history.write_text(history.read_text().splitlines()[0] + "\n" + '{"round": 99}\n')
     with pytest.raises(CheckpointError, match="the ledger was cut"):
-        resume_from_ledger(out, run_config, build(run_config).algorithm)
+        resume_from(out, run_config)
 
 
 @pytest.mark.slow

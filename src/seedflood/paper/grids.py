@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
-from seedflood.grid import PlannedRun, plan
+from seedflood.grid import PlannedRun, plan, same_data
 from seedflood.protocol.ledger import MANIFEST
 from seedflood.sim.checkpoint import CheckpointError
 from seedflood.sim.ledger import last_round
@@ -84,19 +84,20 @@ def _took(by_device: dict[str, list[float]]) -> str:
 
 def _so_far(run: PlannedRun, out: Path) -> str:
     """ " (round R of N so far: validation V%)" for a run part-way through under this grid's
-    config (its ledger's manifest says which), else ""; R is the last round its ledger logged
-    whole, with the round of V where that is earlier."""
+    config and data (its ledger's manifest says which), else ""; R is the last round its ledger
+    logged whole, with the round of V where that is earlier."""
     directory = run.directory(out)
     manifest, history = directory / MANIFEST, directory / "history.jsonl"
     if not (manifest.is_file() and history.is_file()):
         return ""
     try:
-        stored = RunConfig(**json.loads(manifest.read_text())["config"])
+        written = json.loads(manifest.read_text())
+        stored = RunConfig(**written["config"])
         evaluated = [h for h in read_jsonl(history) if h["round"] > 0]
         logged = last_round(directory)
     except (json.JSONDecodeError, KeyError, TypeError, ValidationError, CheckpointError):
         return ""
-    if stored != run.config or not evaluated:
+    if stored != run.config or not evaluated or not same_data(written, run.config):
         return ""
     last = evaluated[-1]
     accuracy = f"validation {100 * last['accuracy']:.1f}%"

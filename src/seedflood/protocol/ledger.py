@@ -103,13 +103,15 @@ def write_manifest(
     base_hash: str,
     state_hash: str,
     messages: int,
+    data: dict[str, int | str] | None = None,
 ) -> dict[str, Any]:
     """Write ``directory``/manifest.json for a run of ``config`` (a JSON config dump) whose log
     holds ``messages`` committed messages; returns what it wrote. ``local_steps`` and
     ``warmup_steps`` are the run's resolved values (the config may leave them to defaults or give
     the warm-up as a ratio), so a replay needs no rule to resolve them. A run writes it when it
-    starts, with no ``state_hash`` yet, so that resuming from the log can check the config, and
-    again when it ends."""
+    starts, with no ``state_hash`` yet, so that resuming from the log can check the config (and
+    ``data``, the identity of the examples it trains on, where the writer knows it), and again
+    when it ends."""
     manifest = {
         "ledger_version": LEDGER_VERSION,
         "update": update_record(config, local_steps=local_steps, warmup_steps=warmup_steps),
@@ -118,6 +120,7 @@ def write_manifest(
         "messages": messages,
         "log_bytes": (directory / LOG).stat().st_size,
         "config": config,
+        **({"data": data} if data is not None else {}),
     }
     atomic_write_json(directory / MANIFEST, manifest)
     return manifest

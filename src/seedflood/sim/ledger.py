@@ -55,11 +55,20 @@ class LedgerPoint(NamedTuple):
 
 class RunLedger:
     """The ledger of ``algorithm``'s run in ``out``, opened afresh, or where the restored
-    algorithm's checkpoint left it; ``base_hash`` is the untrained model's state hash."""
+    algorithm's checkpoint left it; ``base_hash`` is the untrained model's state hash and
+    ``data`` the identity of the examples the run trains on (`TaskData.identity`)."""
 
-    def __init__(self, out: Path, config: RunConfig, algorithm: SeedFlood, base_hash: str) -> None:
+    def __init__(
+        self,
+        out: Path,
+        config: RunConfig,
+        algorithm: SeedFlood,
+        base_hash: str,
+        data: dict[str, int | str],
+    ) -> None:
         self.path, self.in_flight_path = out / LOG, out / IN_FLIGHT
         self.config, self.algorithm, self.base_hash = config, algorithm, base_hash
+        self.data = data
         committed = algorithm.committed_count
         if committed == 0:
             for stale in (self.path, self.in_flight_path, out / LAST_ROUND):
@@ -83,6 +92,7 @@ class RunLedger:
             base_hash=self.base_hash,
             state_hash=state_hash,
             messages=len(self.log),
+            data=self.data,
         )
 
     def commit_round(self) -> None:
@@ -114,11 +124,15 @@ class RunLedger:
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
 
 
-def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> LedgerPoint | None:
+def resume_from_ledger(
+    out: Path, config: RunConfig, algorithm: SeedFlood, data: dict[str, int | str]
+) -> LedgerPoint | None:
     """Replay into the freshly built ``algorithm`` the rounds up to the last one the log and the
     in-flight file in ``out`` hold whole and ledger_round.json or history.jsonl timed (the later
     of the two); where it stands then, or None where the run cannot be resumed this way (no
-    round beyond 0, or links that lose messages, whose repair the files do not record)."""
+    round beyond 0, or links that lose messages, whose repair the files do not record). A
+    ledger made under another config, or on other examples than ``data`` identifies, is
+    refused: replayed, it would pass a model trained on them off as this run's."""
     history_file = out / "history.jsonl"
     if not (history_file.is_file() and (out / LOG).is_file()) or not replayable(algorithm):
         return None
@@ -126,8 +140,9 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> Le
     if not history:
         return None
     try:
-        written = json.loads((out / MANIFEST).read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = json.loads((out / MANIFEST).read_text())
+        written, recorded = manifest["config"], manifest.get("data")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise CheckpointError(
             f"{out / MANIFEST} is missing or unreadable: without it the log cannot be checked "
             "against this run's config; run it again without --resume"
@@ -137,6 +152,11 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> Le
         raise CheckpointError(
             f"the ledger in {out} was written by a run with another config: "
             f"{'; '.join(differences)}. Resume with that config, or run without --resume"
+        )
+    if recorded is not None and recorded != data:
+        raise CheckpointError(
+            f"the ledger in {out} was written by a run on other data (then {_counts(recorded)}, "
+            f"now {_counts(data)}): the data files changed since; run it again without --resume"
         )
     made = _made(out, config.clients)
     steps = 0  # the steps whose every client's message is held, from the first on
@@ -158,6 +178,14 @@ def resume_from_ledger(out: Path, config: RunConfig, algorithm: SeedFlood) -> Le
         )
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
     return point
+
+
+def _counts(data: Any) -> str:
+    """A data identity in words: its example counts and the start of its digest."""
+    if not isinstance(data, dict):
+        return repr(data)
+    counts = ", ".join(f"{data.get(split)} {split}" for split in ("train", "val", "test"))
+    return f"{counts}, sha256 {str(data.get('sha256', ''))[:12]}"
 
 
 def _resume_point(out: Path, history: list[dict[str, Any]], held: int) -> LedgerPoint:

@@ -242,7 +242,7 @@ def _fresh_or_resumed(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
     point = (
-        resume_from_ledger(saved_at.parent, exp.config, exp.algorithm)
+        resume_from_ledger(saved_at.parent, exp.config, exp.algorithm, exp.data_identity)
         if resume and seedflood
         else None
     )
@@ -299,7 +299,7 @@ def run(
         base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
         state = _fresh_or_resumed(exp, saved_at, resume, report)
         ledger = (
-            RunLedger(out, config, algorithm, base_hash)
+            RunLedger(out, config, algorithm, base_hash, exp.data_identity)
             if isinstance(algorithm, SeedFlood)
             else None
         )
