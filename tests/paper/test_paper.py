@@ -206,12 +206,14 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
         (planned[4], planned[4].config.lr, now),
         (planned[5], 0.5, now),
         (planned[6], planned[6].config.lr, {**now, "sha256": "b" * 64}),
+        (planned[7], planned[7].config.lr, now),
     ):
         directory = root / "results" / "paper-subcge" / "runs" / run.name
         directory.mkdir(parents=True)
         config = {**run.config.model_dump(mode="json"), "lr": lr}
         (directory / "manifest.json").write_text(json.dumps({"config": config, "data": data}))
         history = [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}]
+        history = history[:1] if run is planned[7] else history  # before its first evaluation
         (directory / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
         point = {"round": 25, "train_seconds": 900.0, "wall_seconds": 1000.0}
         (directory / LAST_ROUND).write_text(json.dumps(point))
@@ -222,7 +224,8 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
         "finished ones):\n\n- seedflood (2 finished here in 10–25 min each; 1 finished on cuda "
         "in 2 min): refresh-1000_rank-64_seed-0, refresh-1_rank-32_seed-0 (round 25 of 30 so "
         f"far: validation 66.5% at round 20), {planned[5].name.removeprefix('seedflood_')}, "
-        f"{planned[6].name.removeprefix('seedflood_')}," in text
+        f"{planned[6].name.removeprefix('seedflood_')}, "
+        f"{planned[7].name.removeprefix('seedflood_')} (round 25 of 30 so far)," in text
     )
 
 

@@ -85,7 +85,7 @@ def _took(by_device: dict[str, list[float]]) -> str:
 def _so_far(run: PlannedRun, out: Path) -> str:
     """ " (round R of N so far: validation V%)" for a run part-way through under this grid's
     config and data (its ledger's manifest says which), else ""; R is the last round its ledger
-    logged whole, with the round of V where that is earlier."""
+    logged whole, with the round of V where that is earlier (and no V before the first)."""
     directory = run.directory(out)
     manifest, history = directory / MANIFEST, directory / "history.jsonl"
     if not (manifest.is_file() and history.is_file()):
@@ -97,8 +97,11 @@ def _so_far(run: PlannedRun, out: Path) -> str:
         logged = last_round(directory)
     except (json.JSONDecodeError, KeyError, TypeError, ValidationError, CheckpointError):
         return ""
-    if stored != run.config or not evaluated or not same_data(written, run.config):
+    if stored != run.config or not same_data(written, run.config):
         return ""
+    if not evaluated:
+        done = logged["round"] if logged is not None else 0
+        return f" (round {done} of {run.config.rounds} so far)" if done else ""
     last = evaluated[-1]
     accuracy = f"validation {100 * last['accuracy']:.1f}%"
     if logged is not None and logged["round"] > last["round"]:
