@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,19 @@ def test_resume_refuses_another_config_naming_the_keys(data_dir: Path, tmp_path:
     assert "eps (checkpoint 0.001, now 0.01)" in message
     assert "batch_size" not in message
     assert (tmp_path / CHECKPOINT_NAME).is_file(), "a refused resume keeps the checkpoint"
+
+
+def test_resume_refuses_a_checkpoint_made_on_other_data(data_dir: Path, tmp_path: Path) -> None:
+    """The same config on edited data files draws other examples: resuming would go on training
+    the checkpoint's model on them under the old history."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    assert killed_run(data, "dsgd", tmp_path / "run", 4, "round") == 137
+    train = data / "sst2" / "train.jsonl"
+    train.write_text("".join(train.read_text().splitlines(keepends=True)[1:]))  # one row fewer
+    with pytest.raises(ConfigError, match=r"on other data \(then 64 train, 16 val, 24 test"):
+        run(config_of(data, "dsgd"), tmp_path / "run", resume=True)
+    assert (tmp_path / "run" / CHECKPOINT_NAME).is_file(), "a refused resume keeps the checkpoint"
 
 
 @pytest.mark.slow

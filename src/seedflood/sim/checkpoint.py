@@ -126,9 +126,14 @@ def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(
-    path: str | os.PathLike, config: RunConfig, progress: Progress, algorithm: Algorithm
+    path: str | os.PathLike,
+    config: RunConfig,
+    progress: Progress,
+    algorithm: Algorithm,
+    data: dict[str, int | str] | None = None,
 ) -> None:
-    """Write atomically: a kill during the write leaves the previous checkpoint in place."""
+    """Write atomically: a kill during the write leaves the previous checkpoint in place.
+    ``data`` is the identity of the examples the run trains on (`TaskData.identity`)."""
     encoder = Encoder(_references(algorithm))
     encoded, rebuilt = _algorithm_state(algorithm, encoder)
     rng = {
@@ -146,8 +151,24 @@ def save_checkpoint(
         "rng": encoder.encode(rng, "rng"),
         "tensors": encoder.tensors,
         "rebuilt": rebuilt,
+        **({"data": data} if data is not None else {}),
     }
     save_sealed(path, state)
+
+
+def data_difference(recorded: Any, data: dict[str, int | str] | None) -> str | None:
+    """How the examples a checkpoint or ledger recorded differ from ``data``, the run's now, in
+    words; None where they agree, or where either is unknown (written before runs recorded it)."""
+    if recorded is None or data is None or recorded == data:
+        return None
+
+    def words(identity: Any) -> str:
+        if not isinstance(identity, dict):
+            return repr(identity)
+        counts = ", ".join(f"{identity.get(s)} {s}" for s in ("train", "val", "test"))
+        return f"{counts}, sha256 {str(identity.get('sha256', ''))[:12]}"
+
+    return f"then {words(recorded)}, now {words(data)}"
 
 
 def config_differences(stored: dict[str, Any], config: RunConfig) -> list[str]:
@@ -194,9 +215,15 @@ def _check_model(path: str | os.PathLike, state: dict[str, Any], model: nn.Modul
         raise CheckpointError(f"checkpoint {path} holds another model's parameters")
 
 
-def load_checkpoint(path: str | os.PathLike, config: RunConfig, algorithm: Algorithm) -> Progress:
+def load_checkpoint(
+    path: str | os.PathLike,
+    config: RunConfig,
+    algorithm: Algorithm,
+    data: dict[str, int | str] | None = None,
+) -> Progress:
     """Put ``algorithm`` (freshly built from ``config``) and the global generators back where the
-    checkpoint left them; the progress says where the loop goes on. Every check runs before
+    checkpoint left them; the progress says where the loop goes on. A checkpoint of another config
+    or of other examples than ``data`` identifies is refused. Every check runs before
     ``algorithm`` is touched, so after a refusal it is still the fresh build (a damaged
     checkpoint can then be passed over for the ledger).
 
@@ -211,6 +238,12 @@ def load_checkpoint(path: str | os.PathLike, config: RunConfig, algorithm: Algor
             f"checkpoint {path} was written with another config; differing keys: "
             f"{'; '.join(differences)}. Resume with the checkpoint's config, or run without "
             "--resume to start afresh"
+        )
+    changed = data_difference(state.get("data"), data)
+    if changed:
+        raise ConfigError(
+            f"checkpoint {path} was written by a run on other data ({changed}): the data files "
+            "changed since; run without --resume to start afresh"
         )
     references = {token: value for token, value in _references(algorithm).values()}
     rebuilt = sorted(key for kind, key in references if kind == "attribute")

@@ -30,7 +30,7 @@ from seedflood.protocol.message_log import (
     write_messages,
 )
 from seedflood.protocol.messages import Message
-from seedflood.sim.checkpoint import CheckpointError, config_differences
+from seedflood.sim.checkpoint import CheckpointError, config_differences, data_difference
 
 IN_FLIGHT = "in_flight.log"
 """Messages made but not yet committed at the last round logged; removed when the run ends."""
@@ -153,10 +153,11 @@ def resume_from_ledger(
             f"the ledger in {out} was written by a run with another config: "
             f"{'; '.join(differences)}. Resume with that config, or run without --resume"
         )
-    if recorded is not None and recorded != data:
+    changed = data_difference(recorded, data)
+    if changed:
         raise CheckpointError(
-            f"the ledger in {out} was written by a run on other data (then {_counts(recorded)}, "
-            f"now {_counts(data)}): the data files changed since; run it again without --resume"
+            f"the ledger in {out} was written by a run on other data ({changed}): the data files "
+            "changed since; run it again without --resume"
         )
     made = _made(out, config.clients)
     steps = 0  # the steps whose every client's message is held, from the first on
@@ -178,14 +179,6 @@ def resume_from_ledger(
         )
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
     return point
-
-
-def _counts(data: Any) -> str:
-    """A data identity in words: its example counts and the start of its digest."""
-    if not isinstance(data, dict):
-        return repr(data)
-    counts = ", ".join(f"{data.get(split)} {split}" for split in ("train", "val", "test"))
-    return f"{counts}, sha256 {str(data.get('sha256', ''))[:12]}"
 
 
 def _resume_point(out: Path, history: list[dict[str, Any]], held: int) -> LedgerPoint:

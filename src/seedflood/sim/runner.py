@@ -228,7 +228,7 @@ def _fresh_or_resumed(
     ahead = resume and seedflood and ledger_ahead(saved_at.parent, exp.algorithm)
     if resume and saved_at.is_file() and not ahead:
         try:
-            state = load_checkpoint(saved_at, exp.config, exp.algorithm)
+            state = load_checkpoint(saved_at, exp.config, exp.algorithm, exp.data_identity)
         except CheckpointDamaged as error:
             damaged = error  # the algorithm is untouched: the ledger may still resume it
         else:
@@ -320,7 +320,7 @@ def run(
             if not keep_checkpoints:
                 return
             try:
-                save_checkpoint(saved_at, config, progress_now, algorithm)
+                save_checkpoint(saved_at, config, progress_now, algorithm, exp.data_identity)
             except (OSError, RuntimeError) as error:  # torch reports a full disk as RuntimeError
                 report(done, {"event": "note", "text": _unsaved(saved_at, done, error)})
 
