@@ -150,6 +150,35 @@ def test_a_rate_far_too_high_trips_the_guard_and_the_replay_agrees(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("removed", [(), (CHECKPOINT_NAME,)])
+def test_a_run_the_guard_stopped_stays_stopped_when_resumed(
+    data_dir, tmp_path, one_thread, removed
+) -> None:
+    """Killed after the evaluation of the round it stopped at, before its results: resumed from
+    the checkpoint or the ledger, it ends there as the uninterrupted run did, not a round on."""
+    sets = [*SETTINGS, f"data_dir={data_dir}", "lr=30", "rounds=200", "eval_every=100"]
+    sets.append("guard_warmup=10")
+    whole = run(load_config(QUICKSTART, sets), tmp_path / "whole")
+    stopped_at = whole["guard"]["step"] + 1  # one step a round
+    cut = tmp_path / "cut"
+    args = ["run", str(QUICKSTART), "--out", str(cut), "--resume"]
+    for override in sets:
+        args += ["--set", override]
+    fault = {KILL_ROUND_VARIABLE: str(stopped_at), KILL_AT_VARIABLE: "checkpoint"}
+    assert seedflood_in_child(args, fault) == 137
+    for name in removed:
+        (cut / name).unlink()
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    resumed = json.loads((cut / "results.json").read_text())
+    timing = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
+    assert resumed["ledger_messages"] == whole["ledger_messages"] == 4 * whole["guard"]["step"]
+    assert {k: v for k, v in resumed.items() if k not in timing} == {
+        k: v for k, v in json.loads(json.dumps(whole)).items() if k not in timing
+    }
+
+
+@pytest.mark.slow
 def test_the_guard_is_on_by_default_and_quiet_on_a_sane_run(data_dir, tmp_path, one_thread) -> None:
     results = run(config(data_dir, "rounds=40", "eval_every=40", "guard_warmup=10"), tmp_path)
     assert results["guard"] == {"action": "none"} and results["committed_step"] == 39

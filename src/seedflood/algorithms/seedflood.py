@@ -146,6 +146,7 @@ class SeedFlood:
         self.unlogged: list[Message] = []
         self.guard = guard
         self.tripped: Tripped | None = None
+        self.refused: list[Message] = []  # the step the guard tripped on, never committed
         self.committed_count = 0
         self.clip = clip
 
@@ -382,7 +383,7 @@ class SeedFlood:
             messages = [held[o] for o in sorted(held)]
             committed = messages if self.clip is None else self.clip.commit(messages)
             if self.guard is not None and (tripped := self.guard.check(step, committed)):
-                self.tripped = tripped
+                self.tripped, self.refused = tripped, messages
                 self.pending.clear()  # the run ends on the model of the step before
                 return
             del self.pending[step]
@@ -396,13 +397,15 @@ class SeedFlood:
                 state.forget_before(step + 1)
 
     def in_flight(self) -> list[Message]:
-        """Messages made but not yet committed everywhere, in canonical (step, origin) order:
-        with the committed ones, every message the run has made."""
-        return [
+        """Messages made but not yet committed everywhere, in canonical (step, origin) order,
+        the step the guard refused among them: with the committed ones, every message the run
+        has made (a replay of them trips the guard where the run did)."""
+        pending = (
             self.pending[step][o]
             for step in sorted(self.pending)
             for o in sorted(self.pending[step])
-        ]
+        )
+        return [*self.refused, *pending]
 
     def take_committed(self) -> list[Message]:
         """The messages committed since the last call, as flooded (before clipping, which a

@@ -326,7 +326,10 @@ def run(
 
         if not history:
             record(0, {})
-        for round_index in range(state.round, config.rounds):
+        # Resumed after the round that tripped the guard (the trip restored with the rest):
+        # the run had ended there, and nothing is left to train.
+        first = config.rounds if state.round and algorithm.stop_reason() else state.round
+        for round_index in range(first, config.rounds):
             round_started = time.perf_counter()
             stats = algorithm.run_round(round_index)
             train_seconds += time.perf_counter() - round_started
