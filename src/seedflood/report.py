@@ -155,15 +155,25 @@ def plot_series_log2(
     xlabel: str,
     ylabel: str,
     baseline: float | None = None,
+    errors: dict[str, dict[int, float]] | None = None,
 ) -> None:
     """One line per name over x values that double (clients, ranks), ticks at the values run,
-    and a grey line at ``baseline`` (the value the others are read against)."""
+    a grey line at ``baseline`` (the value the others are read against), and error bars of
+    ``errors``' half-widths where it has them (a point from one seed has none)."""
     figure, axis = plt.subplots(figsize=(6.5, 4.2))
     if baseline is not None:
         axis.axhline(baseline, color="grey", linewidth=0.8)
     for name, points in sorted(series.items()):
         xs = sorted(points)
-        axis.plot(xs, [points[x] for x in xs], marker="o", label=name)
+        spread = (errors or {}).get(name, {})
+        axis.errorbar(
+            xs,
+            [points[x] for x in xs],
+            yerr=[spread.get(x, 0.0) for x in xs],
+            marker="o",
+            capsize=3,
+            label=name,
+        )
     axis.set_xscale("log", base=2)
     ticks = sorted({x for points in series.values() for x in points})
     axis.set_xticks(ticks, [str(x) for x in ticks], minor=False)

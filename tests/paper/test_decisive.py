@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from seedflood.paper import scaling
 from seedflood.paper.document import write_paper_results
 from tests.paper.fabricate import REPO, write_run
 
@@ -129,3 +133,30 @@ def test_scaling_at_length_is_normalised_to_its_own_dsgd_and_judged_when_whole(r
     # the summary leads with it, beside the short grid's verdict, which it does not replace
     row = found_row(text, "2")
     assert f"| at the papers' horizon, not yet decided, so far: {so_far} mean" in row, row
+
+
+def test_the_scaling_plot_draws_the_tables_numbers_with_the_seeds_intervals(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plot once divided by DSGD@16's seed 0 (SeedFlood at 91.6%) while the table divided by
+    its seed mean (99.1%)."""
+    drawn: dict[str, Any] = {}
+
+    def capture(series: Any, path: Path, xlabel: str, ylabel: str, **keywords: Any) -> None:
+        drawn.update(series=series, ylabel=ylabel, **keywords)
+
+    monkeypatch.setattr(scaling, "plot_series_log2", capture)
+    write_run(root, "paper-scaling", "dsgd_clients-16_seed-0", 0.80, method="dsgd")
+    for seed, accuracy in enumerate((0.76, 0.78, 0.74)):
+        write_run(root, "paper-scaling", f"seedflood_clients-16_seed-{seed}", accuracy, seed=seed)
+    write_run(root, "paper-scaling", "seedflood_clients-128_seed-0", 0.80, clients=128)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    # DSGD@16's seed mean: this grid's seed 0 (0.80) and the main grid's seed 1 (0.79), 0.795
+    assert "| seedflood | 95.6% | 100.6% |" in text
+    assert drawn["series"]["seedflood"] == pytest.approx({16: 76 / 0.795, 128: 80 / 0.795})
+    assert drawn["series"]["dsgd"] == pytest.approx({16: 80 / 0.795})
+    # three seeds: t(0.975, 2) 4.303 × stdev 0.02 / √3 on the same scale; one seed has no bar
+    assert drawn["errors"]["seedflood"] == pytest.approx({16: 4.303 * 2 / 0.795 / 3**0.5, 128: 0},
+                                                         rel=1e-3)  # fmt: skip
+    assert drawn["ylabel"] == "accuracy, % of DSGD@16's seed mean"
+    assert "The bars: 95% t-intervals over the seeds, where a point has more than one." in text

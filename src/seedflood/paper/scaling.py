@@ -13,8 +13,8 @@ from seedflood.paper.clients import client_table
 from seedflood.paper.grids import not_yet_run, unfinished
 from seedflood.paper.horizon import at_length
 from seedflood.paper.setting import SETTING_KEYS, config_text, seed_groups, setting_lines
-from seedflood.paper.verdicts import learned, scaling_verdict
-from seedflood.report import Run, plot_scaling, present_runs, summarize
+from seedflood.paper.verdicts import interval, learned, scaling_verdict
+from seedflood.report import Run, plot_series_log2, present_runs, summarize
 
 
 def scaling_section(root: Path, out: Path) -> list[str]:
@@ -80,7 +80,8 @@ def _so_far(normalised: dict[str, dict[int, float]], runs: list[Run]) -> str:
     )
 
 
-Body = tuple[list[str], str, dict[str, dict[int, float]]]
+Scaled = dict[str, dict[int, float]]
+Body = tuple[list[str], str, Scaled]
 
 
 def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> Body:
@@ -102,21 +103,47 @@ def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> Bo
         f"| method | {' | '.join(str(n) for n in sizes)} |",
         "|---" * (len(sizes) + 1) + "|",
     ]
-    normalised: dict[str, dict[int, float]] = defaultdict(dict)
-    for r in rows:
-        normalised[r["method"]][r["clients"]] = r["accuracy"] / reference["accuracy"]
+    normalised, spread = normalise(rows, reference["accuracy"])
     for method, by_size in sorted(normalised.items()):
         values = [f"{pct(by_size[n])}%" if n in by_size else "–" for n in sizes]
         lines.append(f"| {method} | {' | '.join(values)} |")
     lines += client_table(runs, sizes)
     image = out.parent / "img" / image_name
     image.parent.mkdir(parents=True, exist_ok=True)
-    if plot_scaling(rows, image):
+    if len(sizes) > 1:
+        topologies = "/".join(sorted({r["topology"] for r in rows}))
+        plot_series_log2(
+            _percent(normalised),
+            image,
+            f"clients ({topologies})",
+            f"accuracy, % of DSGD@{smallest['clients']}'s seed mean",
+            baseline=100,
+            errors=_percent(spread),
+        )
         lines += ["", f"![accuracy normalised to DSGD@16]({link(image, out)})"]
+        if any(any(by_size.values()) for by_size in spread.values()):
+            bars = "The bars: 95% t-intervals over the seeds, where a point has more than one."
+            lines += ["", bars]
     sources = sorted({rel(m.directory / "results.json", root) for g in groups.values() for m in g})
     lines += ["", "Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
     rounds = {r.results["method"]: r.results["rounds"] for r in runs}
     return lines, scaling_verdict(normalised, rounds, unlearned(runs)), normalised
+
+
+def normalise(rows: list[dict[str, Any]], reference: float) -> tuple[Scaled, Scaled]:
+    """Each method's accuracy by size as a share of ``reference``, and the 95% interval of its
+    seeds on that scale: what the table prints and the plot draws, from one place, since the
+    plot once divided by DSGD@16's seed 0 while the table divided by its seed mean."""
+    shares: Scaled = defaultdict(dict)
+    spread: Scaled = defaultdict(dict)
+    for r in rows:
+        shares[r["method"]][r["clients"]] = r["accuracy"] / reference
+        spread[r["method"]][r["clients"]] = interval([a / reference for a in r["accuracies"]])
+    return shares, spread
+
+
+def _percent(scaled: Scaled) -> Scaled:
+    return {m: {n: 100 * v for n, v in by_size.items()} for m, by_size in scaled.items()}
 
 
 def dsgd_reference(runs: list[Run], clients: int, root: Path) -> dict[str, Any]:
