@@ -223,7 +223,8 @@ def _stopped_line(path: Path, root: Path) -> str:
 
 def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
     """Validation accuracy against steps, busiest-edge bytes and training seconds: one line per
-    run, coloured by method, marked by seed, dashed where a run was stopped before its end."""
+    run, coloured by method, marked by seed, dotted on the meshgrid, dashed where a run was
+    stopped before its end; the legend beside the panels, where it hides no curve."""
     curves = [(run.directory.name, run.history, "-") for run in runs if run.history]
     curves += [(p.name.removesuffix(".history.jsonl"), read_jsonl(p), "--") for p in stopped]
     figure, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
@@ -235,6 +236,7 @@ def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
         seed = int(name.rsplit("_seed-", 1)[1])
         topology = name.split("topology-")[1].split("_")[0]
         label = f"{method} ({topology}, seed {seed}{', stopped' if style == '--' else ''})"
+        style = ":" if style == "-" and topology == "meshgrid" else style
         for axis, key in zip(axes, ("round", "bytes_per_edge_max", "train_seconds"), strict=True):
             points = [h for h in history if key in h and "accuracy" in h]
             x = [h[key] * steps_per_round if key == "round" else h[key] for h in points]
@@ -246,12 +248,12 @@ def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
     axes[1].set(xlabel="bytes on the busiest edge (log; none drawn at 1)", xscale="log")
     axes[2].set(xlabel="training seconds (device in the table)")
     if curves:
-        axes[0].legend(fontsize=7)
+        axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     for axis in axes:
         axis.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     image.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(image, dpi=120, metadata={"Software": None})
+    figure.savefig(image, dpi=120, metadata={"Software": None}, bbox_inches="tight")
     plt.close(figure)
 
 
