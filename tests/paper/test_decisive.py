@@ -160,3 +160,13 @@ def test_the_scaling_plot_draws_the_tables_numbers_with_the_seeds_intervals(
                                                          rel=1e-3)  # fmt: skip
     assert drawn["ylabel"] == "accuracy, % of DSGD@16's seed mean"
     assert "The bars: 95% t-intervals over the seeds, where a point has more than one." in text
+
+
+def test_the_scaling_plot_names_the_size_it_is_normalised_to(root: Path) -> None:
+    """The image's alt text once said DSGD@16 whatever size the grid's smallest DSGD run had."""
+    write_run(root, "paper-scaling", "dsgd_clients-32_seed-0", 0.80, method="dsgd", clients=32)
+    write_run(root, "paper-scaling", "seedflood_clients-32_seed-0", 0.78, clients=32)
+    write_run(root, "paper-scaling", "seedflood_clients-64_seed-0", 0.76, clients=64)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert "![accuracy as % of DSGD@32](img/results_scaling.png)" in text
+    assert "DSGD@16]" not in text

@@ -112,15 +112,16 @@ def _scaling_body(runs: list[Run], root: Path, out: Path, image_name: str) -> Bo
     image.parent.mkdir(parents=True, exist_ok=True)
     if len(sizes) > 1:
         topologies = "/".join(sorted({r["topology"] for r in rows}))
+        share = f"% of DSGD@{smallest['clients']}"
         plot_series_log2(
             _percent(normalised),
             image,
             f"clients ({topologies})",
-            f"accuracy, % of DSGD@{smallest['clients']}'s seed mean",
+            f"accuracy, {share}'s seed mean",
             baseline=100,
             errors=_percent(spread),
         )
-        lines += ["", f"![accuracy normalised to DSGD@16]({link(image, out)})"]
+        lines += ["", f"![accuracy as {share}]({link(image, out)})"]
         if any(any(by_size.values()) for by_size in spread.values()):
             bars = "The bars: 95% t-intervals over the seeds, where a point has more than one."
             lines += ["", bars]
