@@ -1,39 +1,24 @@
-"""Zeroth-order directions, seeds and the two-point estimate.
+"""SubCGE: subspace canonical-basis directions, one (row, column, sign) per weight matrix.
 
-A SeedFlood update is fully described by (origin, step, scalar): the direction u is regenerated
-from a seed derived from (run_seed, origin, step), so every client can rebuild any client's update.
-Two direction families are provided:
-
-- ``dense`` (MeZO): u ~ N(0, I_d) over every trainable parameter, drawn from the message's own
-  generator (`message_generator`) in canonical parameter order. Applying one message costs O(d).
-- ``subcge``: for every weight matrix W (m × n_in) and subspace epoch e = ⌊t / T⌋ all clients
-  derive the same orthonormal basis V_e (n_in × r). A seed picks one (row, column, sign) per matrix,
-  so u restricted to W is √(m·r) · sign · e_row V_e[:, col]ᵀ and E[u uᵀ] is the projector onto
-  {A V_eᵀ}. A message touches one row per matrix: O(Σ n_in) instead of O(d).
-
-Every change to the parameters goes through :class:`Touch`, which adds ``coef * values`` to views of
-the parameters. Computing ``coef * values`` first and adding it second (never a fused
-multiply-add) keeps per-message, batched and replayed application bit-identical.
+For every weight matrix W (m × n_in) and subspace epoch e = ⌊t / T⌋ all clients derive the same
+orthonormal basis V_e (n_in × r). A seed picks one (row, column, sign) per matrix, so u restricted
+to W is √(m·r) · sign · e_row V_e[:, col]ᵀ and E[u uᵀ] is the projector onto {A V_eᵀ}. A message
+touches one row per matrix: O(Σ n_in) instead of the dense direction's O(d).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-import struct
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
-DIRECTIONS: tuple[str, ...] = ("subcge", "dense")
-Update = tuple[int, int, float]
-"""(seed, step, coefficient): add coefficient × the direction that seed draws at that step."""
+from seedflood.zo.seeds import Update, derive_seed, message_generator
+from seedflood.zo.views import CHUNK, Region, Touch, chunks
 
 
 class DirectionError(ValueError):
@@ -41,100 +26,17 @@ class DirectionError(ValueError):
     user's setting, reported like a config error."""
 
 
-def derive_seed(run_seed: int, *parts: int | str) -> int:
-    """A 63-bit seed that depends on every part, so no seed ever needs to travel."""
-    digest = hashlib.blake2b(digest_size=8)
-    for part in (run_seed, *parts):
-        data = part.encode() if isinstance(part, str) else struct.pack("<q", part)
-        digest.update(struct.pack("<B", len(data)) + data)
-    return int.from_bytes(digest.digest(), "little") >> 1
+def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The 2-D weights of the linear layers inside the transformer blocks, in module order.
 
-
-def message_generator(seed: int) -> np.random.Generator:
-    """The generator a message's direction is drawn from. ``torch.Generator`` keeps only the low
-    32 bits of a seed, so with 128 clients × 5,000 steps some 47 pairs of messages would share a
-    direction; PCG64 takes all 64 bits (through numpy's SeedSequence) and draws on the CPU, the
-    same on every device."""
-    return np.random.Generator(np.random.PCG64(seed))
-
-
-def message_seed(run_seed: int, origin: int, step: int) -> int:
-    """The seed of client ``origin``'s update at ``step``; every client computes the same one."""
-    return derive_seed(run_seed, "message", origin, step)
-
-
-@dataclass
-class Touch:
-    """The parameter views a direction touches and the direction's values there."""
-
-    views: list[torch.Tensor]
-    values: list[torch.Tensor]
-
-    def add_(self, coef: float) -> None:
-        for view, value in zip(self.views, self.values, strict=True):
-            view.add_(value * coef)
-
-    def snapshot(self) -> list[torch.Tensor]:
-        return [view.clone() for view in self.views]
-
-    def restore(self, saved: Sequence[torch.Tensor]) -> None:
-        for view, value in zip(self.views, saved, strict=True):
-            view.copy_(value)
-
-
-def two_point_estimate(loss: Callable[[], float], touch: Touch, eps: float) -> tuple[float, float]:
-    """(f(x+εu) − f(x−εu)) / 2ε and the mean of the two losses.
-
-    The parameters are saved and copied back rather than shifted by −2εu and +εu, so they come back
-    bit-identical.
+    Embeddings, the (tied) head and norms stay frozen under SubCGE: the method's subspace is
+    defined for weight matrices.
     """
-    saved = touch.snapshot()
-    touch.add_(eps)
-    loss_plus = loss()
-    touch.restore(saved)
-    touch.add_(-eps)
-    loss_minus = loss()
-    touch.restore(saved)
-    return (loss_plus - loss_minus) / (2.0 * eps), (loss_plus + loss_minus) / 2.0
-
-
-class DenseDirection:
-    """MeZO's Gaussian direction over every trainable parameter."""
-
-    name = "dense"
-
-    def __init__(self, params: Sequence[nn.Parameter]) -> None:
-        self.params = list(params)
-
-    @property
-    def tensors(self) -> list[torch.Tensor]:
-        """The tensors these directions change, in a fixed order: what a state hash covers."""
-        return [p.data for p in self.params]
-
-    def touch(self, seed: int, step: int) -> Touch:
-        values = [torch.empty(p.shape, dtype=p.dtype, device="cpu") for p in self.params]
-        self.draw_into(seed, values)
-        return Touch(
-            [p.data for p in self.params],
-            [v.to(p.device) for v, p in zip(values, self.params, strict=True)],
-        )
-
-    def draw_into(self, seed: int, outs: Sequence[torch.Tensor]) -> None:
-        """Fill ``outs`` (contiguous fp32 CPU tensors shaped like the parameters, in order) with u
-        for ``seed``. The draw is on the CPU whatever the parameters' device, so a seed means one
-        direction on every device; callers that step often pass reused buffers instead of fresh
-        ones."""
-        generator = message_generator(seed)
-        for out in outs:
-            generator.standard_normal(dtype=np.float32, out=out.view(-1).numpy())
-
-    def apply(self, updates: Sequence[Update]) -> None:
-        """Apply (seed, step, coef) updates in the given order."""
-        for seed, step, coef in updates:
-            self.touch(seed, step).add_(coef)
-
-    def region(self, updates: Sequence[Update]) -> Region:
-        return Region([p.data for p in self.params], [None] * len(self.params))
+    return [
+        module.weight
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and ".layers." in f".{name}."
+    ]
 
 
 @dataclass
@@ -270,7 +172,7 @@ class SubCGEDirection:
             return Region([], [])
         return self.rows_region(
             torch.stack([self.coordinates(seed)[0] for seed, _, _ in chunk], dim=1)
-            for chunk in _chunks(updates)
+            for chunk in chunks(updates)
         )
 
     def rows_region(self, blocks: Iterable[torch.Tensor]) -> Region:
@@ -334,7 +236,7 @@ class SubCGEDirection:
 
     def apply(self, updates: Sequence[Update]) -> None:
         """Apply (seed, step, coef) updates in the given order (see `apply_terms`)."""
-        for chunk in _chunks(updates):
+        for chunk in chunks(updates):
             self.apply_terms(self.terms(chunk))
 
     def apply_terms(self, terms: Terms) -> None:
@@ -354,7 +256,7 @@ class SubCGEDirection:
 
         Its rounding differs from ``apply``; all clients of a run must use the same path.
         """
-        for chunk in _chunks(updates):
+        for chunk in chunks(updates):
             self.apply_terms_merged(self.terms(chunk))
 
     def apply_terms_merged(self, terms: Terms) -> None:
@@ -399,90 +301,3 @@ def add_rows_in_order(matrix: torch.Tensor, rows: torch.Tensor, values: torch.Te
     size = len(rows) if matrix.device.type == "cpu" else IN_ORDER_ROWS
     for start in range(0, len(rows), max(size, 1)):
         matrix.index_add_(0, rows[start : start + size], values[start : start + size])
-
-
-CHUNK = 4096
-"""Updates applied together at most: with a thousand clients a view can hold hundreds of
-thousands of messages, whose coordinates all at once would take gigabytes."""
-
-
-def _chunks(updates: Sequence[Update]) -> Iterator[Sequence[Update]]:
-    for start in range(0, len(updates), CHUNK):
-        yield updates[start : start + CHUNK]
-
-
-def trainable_matrices(model: nn.Module) -> list[nn.Parameter]:
-    """The 2-D weights of the linear layers inside the transformer blocks, in module order.
-
-    Embeddings, the (tied) head and norms stay frozen under SubCGE: the method's subspace is
-    defined for weight matrices.
-    """
-    return [
-        module.weight
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and ".layers." in f".{name}."
-    ]
-
-
-def make_direction(
-    kind: str, model: nn.Module, *, rank: int, refresh: int, run_seed: int
-) -> DenseDirection | SubCGEDirection:
-    if kind == "dense":
-        return DenseDirection([p for p in model.parameters()])
-    if kind == "subcge":
-        matrices = trainable_matrices(model)
-        names = {id(p): name for name, p in model.named_parameters()}
-        return SubCGEDirection(
-            matrices,
-            rank=rank,
-            refresh=refresh,
-            run_seed=run_seed,
-            names=[names[id(w)] for w in matrices],
-        )
-    raise ValueError(f"direction must be one of {DIRECTIONS}; got {kind!r}")
-
-
-@dataclass
-class Region:
-    """Slices of the parameters that a set of updates touches: whole tensors or rows of matrices.
-
-    Saving and restoring a region is how a client's view is entered and left exactly.
-    """
-
-    tensors: list[torch.Tensor]
-    rows: list[torch.Tensor | None]
-
-    def save(self) -> list[torch.Tensor]:
-        return [
-            t.clone() if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)
-        ]
-
-    def restore(self, saved: Sequence[torch.Tensor]) -> None:
-        for tensor, rows, values in zip(self.tensors, self.rows, saved, strict=True):
-            if rows is None:
-                tensor.copy_(values)
-            else:
-                tensor.index_copy_(0, rows, values)
-
-    def values(self) -> torch.Tensor:
-        """The region's current values, flattened in a fixed order."""
-        parts = [t if r is None else t[r] for t, r in zip(self.tensors, self.rows, strict=True)]
-        return torch.cat([p.flatten() for p in parts]) if parts else torch.zeros(0)
-
-
-@contextmanager
-def applied(
-    direction: DenseDirection | SubCGEDirection, updates: Sequence[Update]
-) -> Iterator[None]:
-    """The model with ``updates`` applied for the duration of the ``with`` block, then exactly as
-    before: how a client's view is entered and left without a copy of the model."""
-    if not updates:
-        yield
-        return
-    region = direction.region(updates)
-    saved = region.save()
-    direction.apply(updates)
-    try:
-        yield
-    finally:
-        region.restore(saved)
