@@ -15,6 +15,11 @@ Under LoRA the trainable parameters are the adapters' linear weights alone, so D
 score all clients' perturbed adapters in shared batched forwards (``batched``,
 seedflood.algorithms.batched).
 
+DZSGD's state after a round is a function of its start and the scalars its clients' two-point
+estimates gave (the directions are drawn from seeds, and mixing is fixed): every scalar made is
+kept for the run's ledger (``take_scalars``) and ``replay_round`` redoes a round from them with
+no forward pass, the same arithmetic bit for bit (seedflood.sim.scalar_ledger).
+
 Clients' trainable parameters live as rows of one (n × d) matrix. The shared working model's
 trainable tensors are re-pointed at a row to compute with that client, so switching clients copies
 nothing; the frozen rest of the model (the whole base model under LoRA) is shared by all.
@@ -108,6 +113,7 @@ class Gossip:
         self._gaussian_parts: list[torch.Tensor] = []
         self._gaussian_on_device: torch.Tensor | None = None
         self._perturbed: torch.Tensor | None = None
+        self._scalars: list[float] = []
 
     def _bind(self, vector: torch.Tensor) -> None:
         """Point the model's trainable tensors at ``vector``: updates then land in it in place."""
@@ -170,8 +176,15 @@ class Gossip:
             losses.append(loss_and_correct(self.model, batch, self.pad_id)[0])
         self._bind(row)
         plus, minus = losses
-        _add_scaled(row, u, -self.lr(step) * (plus - minus) / (2.0 * eps), out=row)
+        scalar = (plus - minus) / (2.0 * eps)
+        self._scalars.append(scalar)
+        _add_scaled(row, u, -self.lr(step) * scalar, out=row)
         return (plus + minus) / 2.0
+
+    def _update_one(self, client: int, step: int, scalar: float) -> None:
+        """``_zo_step``'s update of ``client``'s row from its logged scalar."""
+        u = self._draw(message_seed(self.run_seed, client, step))
+        _add_scaled(self.x[client], u, -self.lr(step) * scalar, out=self.x[client])
 
     def _draw(self, seed: int) -> torch.Tensor:
         """DenseDirection's u for ``seed`` as one flat vector, drawn into a reused CPU buffer (then
@@ -191,11 +204,10 @@ class Gossip:
             self._gaussian_on_device = torch.empty_like(self.x[0])
         return self._gaussian_on_device.copy_(self._gaussian)
 
-    def _zo_steps_batched(self, step: int) -> list[float]:
-        """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
-        in shared forwards, then each row takes the same update as one client at a time."""
+    def _directions(self, step: int) -> torch.Tensor:
+        """Every client's direction at ``step``, one row each."""
         draw = self._direction
-        directions = torch.stack(
+        return torch.stack(
             [
                 torch.cat(
                     [
@@ -206,7 +218,17 @@ class Gossip:
                 for c in range(self.n)
             ]
         )
-        eps, lr = self.eps(step), self.lr(step)
+
+    def _update_all(self, directions: torch.Tensor, step: int, scalars: Sequence[float]) -> None:
+        lr = self.lr(step)
+        for client, scalar in enumerate(scalars):
+            self.x[client].add_(directions[client] * (-lr * scalar))
+
+    def _zo_steps_batched(self, step: int) -> list[float]:
+        """``local_step`` of every client at once: the 2n perturbed adapters x_c ± εu_c are scored
+        in shared forwards, then each row takes the same update as one client at a time."""
+        directions = self._directions(step)
+        eps = self.eps(step)
         perturbed = torch.stack([self.x + directions * eps, self.x + directions * -eps], dim=1)
         perturbed = perturbed.flatten(0, 1)
         batches = [
@@ -221,9 +243,9 @@ class Gossip:
             self.pad_id,
         )
         pairs = list(zip(losses[0::2], losses[1::2], strict=True))
-        for client, (plus, minus) in enumerate(pairs):
-            scalar = (plus - minus) / (2.0 * eps)
-            self.x[client].add_(directions[client] * (-lr * scalar))
+        scalars = [(plus - minus) / (2.0 * eps) for plus, minus in pairs]
+        self._scalars.extend(scalars)
+        self._update_all(directions, step, scalars)
         return [(plus + minus) / 2.0 for plus, minus in pairs]
 
     def communicate(self) -> None:
@@ -241,14 +263,40 @@ class Gossip:
         for sender, receiver in self.topology.directed_edges:
             self.counter.count(sender, receiver, size=self.message_bytes, messages=1)
 
+    def _steps(self, round_index: int) -> range:
+        return range(round_index * self.local_steps, (round_index + 1) * self.local_steps)
+
     def run_round(self, round_index: int) -> dict[str, float]:
-        steps = range(round_index * self.local_steps, (round_index + 1) * self.local_steps)
+        steps = self._steps(round_index)
         if self.batched:
             losses = [loss for step in steps for loss in self._zo_steps_batched(step)]
         else:
             losses = [self.local_step(client, step) for step in steps for client in range(self.n)]
         self.communicate()
         return {"train_loss": sum(losses) / len(losses)}
+
+    def take_scalars(self) -> list[float]:
+        """The scalars of the zeroth-order steps since the last call, step by step and in client
+        order within a step; empty for gradient methods."""
+        taken, self._scalars = self._scalars, []
+        return taken
+
+    def replay_round(self, round_index: int, scalars: Sequence[float]) -> None:
+        """Round ``round_index`` of a zeroth-order run from the scalars ``take_scalars`` gave
+        for it, without a forward pass: the rows end bit for bit where the round left them."""
+        if self.estimator != "zo" or len(scalars) != self.n * self.local_steps:
+            raise ValueError(
+                f"a round replays from {self.n * self.local_steps} scalars of a zeroth-order "
+                f"run; got {len(scalars)} for a {self.estimator} run"
+            )
+        for offset, step in enumerate(self._steps(round_index)):
+            made = scalars[offset * self.n : (offset + 1) * self.n]
+            if self.batched:
+                self._update_all(self._directions(step), step, made)
+            else:
+                for client, scalar in enumerate(made):
+                    self._update_one(client, step, scalar)
+        self.communicate()
 
     def traffic(self) -> dict[str, float]:
         return self.counter.summary()

@@ -106,12 +106,6 @@ class RunLedger:
         else:
             self.in_flight_path.unlink(missing_ok=True)
 
-    def mark_round(self, done: int, train_seconds: float, wall_seconds: float) -> None:
-        """Round ``done`` is whole: its messages logged and, at an evaluation, its history
-        written. A resume starts from the last round marked, never one whose evaluation is lost."""
-        point = {"round": done, "train_seconds": train_seconds, "wall_seconds": wall_seconds}
-        atomic_write_json(self.path.parent / LAST_ROUND, point)
-
     def close(self) -> dict[str, Any]:
         """Close the log, written anew in whole records (its framing then does not depend on
         when a crash made the run resume), and write the manifest; the fields results.json
@@ -122,6 +116,14 @@ class RunLedger:
         (self.path.parent / LAST_ROUND).unlink(missing_ok=True)
         manifest = self._manifest(self.algorithm.state_hash())
         return {"ledger_messages": manifest["messages"], "ledger_bytes": manifest["log_bytes"]}
+
+
+def mark_round(out: Path, done: int, train_seconds: float, wall_seconds: float) -> None:
+    """Round ``done`` of the run in ``out`` is whole: its messages (or scalars) logged and, at an
+    evaluation, its history written. A resume starts from the last round marked, never one
+    whose evaluation is lost."""
+    point = {"round": done, "train_seconds": train_seconds, "wall_seconds": wall_seconds}
+    atomic_write_json(out / LAST_ROUND, point)
 
 
 def resume_from_ledger(
@@ -147,23 +149,12 @@ def resume_from_ledger(
             f"{out / MANIFEST} is missing or unreadable: without it the log cannot be checked "
             "against this run's config; run it again without --resume"
         ) from None
-    differences = config_differences(written, config)
-    if differences:
-        raise CheckpointError(
-            f"the ledger in {out} was written by a run with another config: "
-            f"{'; '.join(differences)}. Resume with that config, or run without --resume"
-        )
-    changed = data_difference(recorded, data)
-    if changed:
-        raise CheckpointError(
-            f"the ledger in {out} was written by a run on other data ({changed}): the data files "
-            "changed since; run it again without --resume"
-        )
+    check_origin(f"the ledger in {out}", written, recorded, config, data)
     made = _made(out, config.clients)
     steps = 0  # the steps whose every client's message is held, from the first on
     while len(made.get(steps, ())) == config.clients:
         steps += 1
-    point = _resume_point(out, history, steps // config.steps_per_round)
+    point = resume_point(out, history, steps // config.steps_per_round)
     if point.round == 0:
         if history[-1]["round"] == 0:
             return None
@@ -181,7 +172,26 @@ def resume_from_ledger(
     return point
 
 
-def _resume_point(out: Path, history: list[dict[str, Any]], held: int) -> LedgerPoint:
+def check_origin(
+    ledger: str, written: Any, recorded: Any, config: RunConfig, data: dict[str, int | str]
+) -> None:
+    """Refuse the ``ledger`` (named so) whose ``written`` config or ``recorded`` data identity is
+    not this run's: replayed, it would pass a model trained on them off as this run's."""
+    differences = config_differences(written, config)
+    if differences:
+        raise CheckpointError(
+            f"{ledger} was written by a run with another config: "
+            f"{'; '.join(differences)}. Resume with that config, or run without --resume"
+        )
+    changed = data_difference(recorded, data)
+    if changed:
+        raise CheckpointError(
+            f"{ledger} was written by a run on other data ({changed}): the data files changed "
+            "since; run it again without --resume"
+        )
+
+
+def resume_point(out: Path, history: list[dict[str, Any]], held: int) -> LedgerPoint:
     """The later of the last evaluation and the last round logged that the ``held`` rounds
     reach (a round logged beyond them is from before a resume that cut the log back)."""
     covered = [entry for entry in history if entry["round"] <= held]
@@ -220,10 +230,11 @@ def last_round(out: Path) -> dict[str, Any] | None:
     return point
 
 
-def ledger_ahead(out: Path, algorithm: SeedFlood) -> bool:
-    """Whether the ledger in ``out`` has logged a round beyond history.jsonl's last
-    evaluation, where any checkpoint was written: resuming from it then loses less."""
-    logged = last_round(out) if replayable(algorithm) else None
+def ledger_ahead(out: Path) -> bool:
+    """Whether the ledger in ``out`` (SeedFlood's or a zeroth-order gossip run's, where it can
+    be replayed) has logged a round beyond history.jsonl's last evaluation, where any
+    checkpoint was written: resuming from it then loses less."""
+    logged = last_round(out)
     history_file = out / "history.jsonl"
     if logged is None or not history_file.is_file():
         return False

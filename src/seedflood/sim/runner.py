@@ -51,7 +51,8 @@ from seedflood.sim.devices import (
     run_device,
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
-from seedflood.sim.ledger import RunLedger, ledger_ahead, resume_from_ledger
+from seedflood.sim.ledger import ledger_ahead, mark_round
+from seedflood.sim.run_ledgers import open_ledger, replayable, resume_from_ledgers, untrained_hash
 from seedflood.sim.tracking import Tracker
 from seedflood.topology import Topology
 
@@ -216,7 +217,7 @@ def _unsaved(saved_at: Path, done: int, error: BaseException) -> str:
 
 
 def _fresh_or_resumed(
-    exp: Experiment, saved_at: Path, resume: bool, report: ProgressCallback
+    exp: Experiment, saved_at: Path, base: str, resume: bool, report: ProgressCallback
 ) -> Progress:
     """Where the loop starts: with ``resume``, the checkpoint's state (the algorithm restored in
     place), or else, and before it where the ledger logged rounds after the checkpoint's
@@ -224,8 +225,7 @@ def _fresh_or_resumed(
     otherwise round 0. The untrained model is scored first either way (once per machine for
     each starting model and test set: see accuracy_cache)."""
     damaged: CheckpointDamaged | None = None
-    seedflood = isinstance(exp.algorithm, SeedFlood)
-    ahead = resume and seedflood and ledger_ahead(saved_at.parent, exp.algorithm)
+    ahead = resume and replayable(exp.algorithm) and ledger_ahead(saved_at.parent)
     if resume and saved_at.is_file() and not ahead:
         try:
             state = load_checkpoint(saved_at, exp.config, exp.algorithm, exp.data_identity)
@@ -242,8 +242,8 @@ def _fresh_or_resumed(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
     point = (
-        resume_from_ledger(saved_at.parent, exp.config, exp.algorithm, exp.data_identity)
-        if resume and seedflood
+        resume_from_ledgers(exp.algorithm, saved_at.parent, exp.config, base, exp.data_identity)
+        if resume
         else None
     )
     if damaged is not None and point is None:
@@ -296,13 +296,9 @@ def run(
     with on_device(device), run_precision(config, device), Tracker(out, config) as tracker:
         exp = build(config, device)
         algorithm = exp.algorithm
-        base_hash = algorithm.state_hash() if isinstance(algorithm, SeedFlood) else ""
-        state = _fresh_or_resumed(exp, saved_at, resume, report)
-        ledger = (
-            RunLedger(out, config, algorithm, base_hash, exp.data_identity)
-            if isinstance(algorithm, SeedFlood)
-            else None
-        )
+        base = untrained_hash(algorithm)
+        state = _fresh_or_resumed(exp, saved_at, base, resume, report)
+        ledger = open_ledger(algorithm, out, config, base, exp.data_identity, state.round)
         history, train_seconds = state.history, state.train_seconds
         started = begun - state.wall_seconds
 
@@ -343,7 +339,7 @@ def run(
             if stopped or done % config.eval_every == 0 or done == config.rounds:
                 record(done, stats)
             if ledger is not None:
-                ledger.mark_round(done, train_seconds, time.perf_counter() - started)
+                mark_round(out, done, train_seconds, time.perf_counter() - started)
             maybe_kill(kill, done, "checkpoint")
             event = "evaluation" if history[-1]["round"] == done else "round"
             report(done, {**history[-1], **stats, "event": event})

@@ -1,0 +1,54 @@
+"""Which ledger a run keeps: SeedFlood's message log (`seedflood.sim.ledger`), a zeroth-order
+gossip run's scalars (`seedflood.sim.scalar_ledger`), or none (first-order gossip, whose state
+is its checkpoint alone). The run loop asks here and never names a method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seedflood.algorithms.common import Algorithm
+from seedflood.algorithms.seedflood import SeedFlood
+from seedflood.config import RunConfig
+from seedflood.sim import ledger, scalar_ledger
+from seedflood.sim.ledger import LedgerPoint, RunLedger
+from seedflood.sim.scalar_ledger import ScalarLedger, logs_scalars
+
+Data = dict[str, int | str]
+
+
+def replayable(algorithm: Algorithm) -> bool:
+    """Whether the run's ledger holds all its state, so that it can resume the run alone."""
+    if isinstance(algorithm, SeedFlood):
+        return ledger.replayable(algorithm)
+    return logs_scalars(algorithm)
+
+
+def untrained_hash(algorithm: Algorithm) -> str:
+    """The untrained state's hash, which a ledger records and a resume checks; empty for a run
+    that keeps no ledger."""
+    if isinstance(algorithm, SeedFlood):
+        return algorithm.state_hash()
+    return scalar_ledger.base_hash(algorithm) if logs_scalars(algorithm) else ""
+
+
+def resume_from_ledgers(
+    algorithm: Algorithm, out: Path, config: RunConfig, base: str, data: Data
+) -> LedgerPoint | None:
+    """Where the run's ledger in ``out`` resumes it, its rounds replayed into ``algorithm``; None
+    where it keeps none or there is nothing to resume."""
+    if isinstance(algorithm, SeedFlood):
+        return ledger.resume_from_ledger(out, config, algorithm, data)
+    if logs_scalars(algorithm):
+        return scalar_ledger.resume_from_scalars(out, config, algorithm, base, data)
+    return None
+
+
+def open_ledger(
+    algorithm: Algorithm, out: Path, config: RunConfig, base: str, data: Data, done: int
+) -> RunLedger | ScalarLedger | None:
+    """The ledger the run logs its rounds to from round ``done`` on, or None where it keeps none."""
+    if isinstance(algorithm, SeedFlood):
+        return RunLedger(out, config, algorithm, base, data)
+    if logs_scalars(algorithm):
+        return ScalarLedger(out, config, algorithm, base, data, done)
+    return None

@@ -1,0 +1,104 @@
+"""A zeroth-order gossip run resumes from its scalar ledger alone, as a run committed between
+sessions without its model-sized checkpoint must."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from seedflood.cli import app
+from seedflood.config import load_config
+from seedflood.sim.checkpoint import CHECKPOINT_NAME, KILL_AT_VARIABLE, KILL_ROUND_VARIABLE
+from seedflood.sim.ledger import LAST_ROUND
+from seedflood.sim.run_ledgers import untrained_hash
+from seedflood.sim.runner import build, run
+from seedflood.sim.scalar_ledger import SCALARS, resume_from_scalars
+from tests.forked import seedflood_in_child
+from tests.sim.test_ledger import QUICKSTART
+from tests.sim.test_ledger import SETTINGS as SEEDFLOOD_SETTINGS
+
+SETTINGS = (*SEEDFLOOD_SETTINGS, "method=dzsgd", "lora=true", "rounds=7")
+TIMING = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def sets(data_dir: Path, *extra: str) -> list[str]:
+    return [*SETTINGS, f"data_dir={data_dir}", *extra]
+
+
+def cli_args(data_dir: Path, out: Path, *extra: str) -> list[str]:
+    args = ["run", str(QUICKSTART), "--out", str(out), "--resume"]
+    for override in sets(data_dir, *extra):
+        args += ["--set", override]
+    return args
+
+
+def killed_without_checkpoint(data_dir: Path, out: Path, kill_round: int) -> None:
+    """The run killed after round ``kill_round`` was whole, its checkpoint then lost, as a run
+    committed at a session's end is found by the next."""
+    fault = {KILL_ROUND_VARIABLE: str(kill_round), KILL_AT_VARIABLE: "checkpoint"}
+    assert seedflood_in_child(cli_args(data_dir, out), fault) == 137
+    assert json.loads((out / LAST_ROUND).read_text())["round"] == kill_round
+    (out / CHECKPOINT_NAME).unlink()
+
+
+def without_timing(record: dict) -> dict:
+    return {key: value for key, value in record.items() if key not in TIMING}
+
+
+@pytest.fixture(scope="module")
+def whole(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return json.loads(
+        json.dumps(run(load_config(QUICKSTART, sets(data_dir)), tmp_path_factory.mktemp("whole")))
+    )
+
+
+@pytest.mark.slow  # real `seedflood run` processes killed mid-run
+def test_a_killed_run_without_its_checkpoint_resumes_from_its_scalars(
+    data_dir: Path, tmp_path: Path, whole: dict
+) -> None:
+    killed_without_checkpoint(data_dir, tmp_path, 5)
+    lines = (tmp_path / SCALARS).read_text().splitlines()
+    assert len(lines) == 1 + 5 and len(json.loads(lines[1])) == 4  # header, 5 rounds of 4
+    assert len((tmp_path / SCALARS).read_bytes()) < 5_000
+    result = CliRunner().invoke(app, cli_args(data_dir, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "resumed from the ledger at round 5" in " ".join(result.output.split())
+    resumed = json.loads((tmp_path / "results.json").read_text())
+    assert without_timing(resumed) == without_timing(whole)
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [entry["round"] for entry in history] == [0, 3, 6, 7]
+    assert not (tmp_path / SCALARS).exists() and not (tmp_path / LAST_ROUND).exists()
+
+
+@pytest.mark.slow
+def test_a_ledger_of_another_config_or_start_or_a_damaged_one_is_refused_by_name(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    killed_without_checkpoint(data_dir, tmp_path, 4)
+    other = CliRunner().invoke(app, cli_args(data_dir, tmp_path, "lr=0.02"))
+    assert other.exit_code == 2
+    assert "lr (checkpoint 0.005, now 0.02)" in " ".join(other.output.split())
+
+    config = load_config(QUICKSTART, sets(data_dir))
+    path = tmp_path / SCALARS
+    header, *rounds = path.read_text().splitlines(keepends=True)
+    exp = build(config)
+    base = untrained_hash(exp.algorithm)
+    assert json.loads(header)["base_hash"] == base
+    with pytest.raises(ValueError, match="starts from a model hashing to"):
+        resume_from_scalars(tmp_path, config, exp.algorithm, "0" * 64, exp.data_identity)
+
+    path.write_text(header + rounds[0] + "[0.5, 0.25]\n" + "".join(rounds[2:]))
+    with pytest.raises(ValueError, match=f"{SCALARS} line 3 is not 4 numbers"):
+        resume_from_scalars(tmp_path, config, build(config).algorithm, base, exp.data_identity)
+
+    # A last line cut short by a kill is dropped: the run resumes from the rounds before it, at
+    # the last evaluation they reach (round 3), as ledger_round.json names a round beyond them.
+    path.write_text(header + "".join(rounds[:3]) + rounds[3][:7])
+    point = resume_from_scalars(tmp_path, config, build(config).algorithm, base, exp.data_identity)
+    assert point is not None and point.round == 3
