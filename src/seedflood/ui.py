@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +14,7 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from transformers.utils import logging as transformers_logging
 
-from seedflood.config import ConfigError
+from seedflood.config import ConfigError, RunConfig, load_config
 from seedflood.learning.models import ModelError
 from seedflood.learning.tasks import DataError
 from seedflood.protocol.ledger import LedgerError
@@ -38,6 +40,20 @@ USER_ERRORS = (
 def fail(error: Exception) -> typer.Exit:
     console.print(f"[bold red]error:[/] {error}")
     return typer.Exit(code=2)
+
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a config key: key=value")
+]
+
+
+def config_or_fail(config_file: Path | None, set_: list[str] | None) -> RunConfig:
+    """The run config of ``config_file`` with the ``--set`` overrides, or the command ends with
+    what was wrong."""
+    try:
+        return load_config(config_file, set_ or [])
+    except ConfigError as error:
+        raise fail(error) from None
 
 
 def configure_logging(level: int) -> None:

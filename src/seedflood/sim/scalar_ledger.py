@@ -1,17 +1,16 @@
 """A zeroth-order gossip run's ledger (DZSGD, full or LoRA): every client's two-point scalar,
 round by round, so a run of many hours resumes on another machine from a file of kilobytes.
 
-A gossip run's checkpoint holds the model and every client's parameters (0.6 GB for DZSGD-LoRA
-at 32 clients, 8.6 GB for full DZSGD at 16), too large to commit between sessions, so such runs
-were lost at each session's end. But DZSGD's state after a round is a function of its start and the scalars
+A gossip run's checkpoint holds the model and every client's parameters (0.6 GB for DZSGD-LoRA at 32
+clients, 8.6 GB for full DZSGD at 16), too large to commit between sessions, so such runs were lost
+at each session's end. But DZSGD's state after a round is a function of its start and the scalars
 alone (directions come from seeds and mixing is fixed: `seedflood.algorithms.gossip`), so
-``scalars.jsonl`` holds a header (the config, the data's identity and the untrained state's
-hash) and then one line per round of ``steps × clients`` scalars, exact as JSON floats. Beside
-it ``ledger_round.json`` marks the last round whose evaluation (if any) is in history.jsonl, as
-for SeedFlood's ledger (`seedflood.sim.ledger`, whose resume point this shares). Resuming
-replays the rounds with no forward pass and ends on the state an uninterrupted run has, bit for
-bit. The file is a resume aid only and is removed when the run ends.
-"""
+``scalars.jsonl`` holds a header (the config, the data's identity and the untrained state's hash)
+and then one line per round of ``steps × clients`` scalars, exact as JSON floats. Beside it
+``ledger_round.json`` marks the last round whose evaluation (if any) is in history.jsonl, as for
+SeedFlood's ledger (`seedflood.sim.ledger`, whose resume point this shares). Resuming replays the
+rounds with no forward pass and ends on the state an uninterrupted run has, bit for bit. The file is
+a resume aid only and is removed when the run ends."""
 
 from __future__ import annotations
 
