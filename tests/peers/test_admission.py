@@ -21,7 +21,8 @@ from seedflood.peers.admission import (
 from seedflood.peers.batch_exchange import Exchange
 from seedflood.peers.crypto import Context, join_proof, public_hex
 from seedflood.peers.p2p import Frame, TransportError
-from seedflood.peers.state import Members, NotAllowed, Seat
+from seedflood.peers.roster import Members, Seat
+from seedflood.peers.state import NotAllowed
 from seedflood.protocol.ledger import UPDATE_KEYS
 from seedflood.ui import USER_ERRORS
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, NotAllowed
+from seedflood.peers.roster import Members
+from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, NotAllowed
 from seedflood.topology import make_topology
 from tests.algorithms.test_seedflood import make_seedflood
 from tests.peers.test_state import Cluster, tiny  # noqa: F401  (the fixture)

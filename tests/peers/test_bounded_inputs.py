@@ -43,7 +43,8 @@ from seedflood.peers.p2p import (
     OpenGate,
 )
 from seedflood.peers.removals import Removal
-from seedflood.peers.state import Members, PeerState
+from seedflood.peers.roster import Members
+from seedflood.peers.state import PeerState
 from seedflood.protocol.antientropy import MAX_GAP_BYTES, decode_digest
 from seedflood.protocol.messages import Message
 from seedflood.zo import make_direction

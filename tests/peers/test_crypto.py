@@ -21,7 +21,7 @@ from seedflood.peers.crypto import (
 )
 from seedflood.peers.inbox import BatchStore, Door, Verdict, batch_body, batch_header, read_batches
 from seedflood.peers.p2p import Frame
-from seedflood.peers.state import Members
+from seedflood.peers.roster import Members
 from seedflood.protocol.messages import Message
 
 STEPS = 2  # steps per round

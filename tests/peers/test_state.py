@@ -23,7 +23,8 @@ from seedflood.peers.inbox import BatchStore, Door, batch_body, batch_header
 from seedflood.peers.node import Node, PeerOptions, peer_state
 from seedflood.peers.p2p import Frame
 from seedflood.peers.quorum import Quorum
-from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, Members, PeerState, state_hash
+from seedflood.peers.roster import Members
+from seedflood.peers.state import ADMISSION_DELAY_ROUNDS, PeerState, state_hash
 from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.runner import build
 from seedflood.topology import make_topology

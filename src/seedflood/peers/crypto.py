@@ -28,6 +28,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from seedflood.peers.roster import Control
 from seedflood.protocol.messages import Message
 
 KEY_FILE = "signing.key"
@@ -38,7 +39,6 @@ _HEAD = struct.Struct("<QQI")
 _ENTRY = struct.Struct("<Qd")
 
 Key = tuple[int, int]
-Control = dict[str, Any]
 
 
 class KeyFileError(RuntimeError):

@@ -53,7 +53,7 @@ from seedflood.peers.crypto import (
     parse_public,
 )
 from seedflood.peers.removals import Equivocation
-from seedflood.peers.state import Members
+from seedflood.peers.roster import Members
 from seedflood.protocol.messages import decode_packet, encode_packet
 
 WAITING_KEPT = 256

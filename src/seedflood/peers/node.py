@@ -61,8 +61,9 @@ from seedflood.peers.p2p import (
 )
 from seedflood.peers.peer_results import PeerRecords
 from seedflood.peers.quorum import DECIDE_PROTOCOL, Quorum
+from seedflood.peers.roster import Members
 from seedflood.peers.seats import Seating, start_dht
-from seedflood.peers.state import Members, PeerState
+from seedflood.peers.state import PeerState
 from seedflood.peers.waiting import RoundClock, Waiting, removed_error
 from seedflood.protocol.clipping import ScalarClip
 from seedflood.protocol.guard import DivergenceGuard

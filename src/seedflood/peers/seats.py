@@ -19,7 +19,7 @@ from seedflood.peers.crypto import join_proof, public_hex
 from seedflood.peers.membership import Member, Membership, run_config
 from seedflood.peers.options import PeerError, PeerOptions, Say
 from seedflood.peers.p2p import JOIN_PROTOCOL, Frame
-from seedflood.peers.state import Members, Seat
+from seedflood.peers.roster import Members, Seat
 from seedflood.topology import TopologyError, make_topology
 
 if TYPE_CHECKING:
