@@ -269,9 +269,9 @@ def run(
     """Train, evaluate every ``eval_every`` rounds, and write results.json and history.jsonl.
 
     Every evaluation also writes a checkpoint (unless $SEEDFLOOD_CHECKPOINTS is off), and every
-    SeedFlood round its ledger; ``resume`` continues from the later of the two: a run killed at
-    any point and resumed ends with the results of an uninterrupted one, bit for bit but for its
-    timing fields. A finished run also writes its
+    SeedFlood or DZSGD round its ledger (`seedflood.sim.run_ledgers`); ``resume`` continues from
+    the later of the two: a run killed at any point and resumed ends with the results of an
+    uninterrupted one, bit for bit but for its timing fields. A finished run also writes its
     trained model (``model/``, as transformers saves one; the clients' average where they differ)
     and, for SeedFlood, its ledger (``messages.log`` and ``manifest.json``: `seedflood replay`
     rebuilds the model from them).
