@@ -58,12 +58,24 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     assert void in horizon
     # same task, seed, hash and device, but another grid: not a ring/meshgrid pair
     assert consensus(root) is None
-    # RTE on its full training set has its own table; BoolQ names the command that runs it
+    # RTE on its full training set has its own table; BoolQ names the command that runs it. A
+    # run below its floor (here the majority answer, above the untrained model) is marked
     write_run(root, "paper-main-rte-long", "dsgd_seed-1", 0.61, task="rte", seed=1, rounds=6)
+    write_run(
+        root,
+        "paper-main-rte-long",
+        "dsgd-lora_seed-0",
+        0.448,
+        task="rte",
+        rounds=6,
+        majority_accuracy=0.527,
+    )
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     horizon = text[text.index("## 1b.") : text.index("## 2.")]
     full = horizon[horizon.index("### RTE and BoolQ") :]
     assert "| dsgd | ring | 1 | 6 | 61.0 | 49.6 | cpu | 120 |" in full
+    assert "| dsgd-lora | ring | 0 | 6 | 44.8, did not learn | 52.7 | cpu | 120 |" in full
+    assert "whichever scores more; a run less than 5 points above it did not learn." in full
     assert (
         "boolq (configs/paper/main-boolq-long.yaml):\n\nNot yet run (`seedflood compare "
         "configs/paper/main-boolq-long.yaml --out results/paper-main-boolq-long`;"

@@ -25,7 +25,7 @@ from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
-from seedflood.paper.verdicts import against, percent_interval
+from seedflood.paper.verdicts import LEARNED, against, learned, percent_interval
 from seedflood.report import Run, present_runs
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
@@ -183,21 +183,30 @@ def _steps(results: dict) -> str:
 
 
 def _runs_table(runs: list[Run], root: Path) -> list[str]:
+    """One line per run; a run that ended less than LEARNED above its floor (``Run.floor``) is
+    marked where its accuracy stands, since a table of chance-level numbers reads as a ranking."""
     if not runs:
         return []
     lines = [
-        "| method | topology | seed | steps | test accuracy (%) | untrained (%) | device "
+        "| method | topology | seed | steps | test accuracy (%) | to beat (%) | device "
         "| wall s | source |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         r = run.results
+        mark = "" if learned(r["accuracy"], run.floor) else ", did not learn"
         lines.append(
             f"| {r['method']} | {r['topology']} | {r['config']['seed']} | {_steps(r)} "
-            f"| {pct(r['accuracy'])} | {pct(r['zero_shot_accuracy'])} "
+            f"| {pct(r['accuracy'])}{mark} | {pct(run.floor)} "
             f"| {r.get('device', 'cpu')} | {r['wall_seconds']:.0f} "
             f"| `{rel(run.directory, root)}` |"
         )
+    lines += [
+        "",
+        "To beat: the untrained model or always answering the test set's most common label, "
+        f"whichever scores more; a run less than {100 * LEARNED:.0f} points above it did not "
+        "learn.",
+    ]
     means = [
         f"- {name}: {percent_interval(values)}% over {len(values)} seeds"
         for name, values in _by_seeds(runs).items()
