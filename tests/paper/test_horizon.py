@@ -75,7 +75,7 @@ def test_a_run_at_the_papers_horizon_is_shown_apart_and_never_pooled(root: Path)
     full = horizon[horizon.index("### RTE and BoolQ") :]
     assert "| dsgd | ring | 1 | 6 | 61.0 | 49.6 | cpu | 120 |" in full
     assert "| dsgd-lora | ring | 0 | 6 | 44.8, did not learn | 52.7 | cpu | 120 |" in full
-    assert "whichever scores more; a run less than 5 points above it did not learn." in full
+    assert "most common label, which a run must pass by 5 points to count as learning" in full
     assert (
         "boolq (configs/paper/main-boolq-long.yaml):\n\nNot yet run (`seedflood compare "
         "configs/paper/main-boolq-long.yaml --out results/paper-main-boolq-long`;"

@@ -23,6 +23,10 @@ TOLERANCE = 0.02
 # A method whose accuracy never rises this far above the untrained model's, nor above always
 # answering the most common label, has not learned in the budget: it is named but not judged.
 LEARNED = 0.05
+TO_BEAT = (
+    "the better of the untrained model and always answering the test set's most common label, "
+    f"which a run must pass by {100 * LEARNED:.0f} points to count as learning"
+)
 PAPER_GOSSIP_ROUNDS = 100  # 500 first-order steps communicating every 5, from its byte counts
 # The methods the paper places below SeedFlood: the zeroth-order ones, ChocoSGD-LoRA, and full
 # ChocoSGD, which its byte ordering and relative-average table put under SeedFlood too.
