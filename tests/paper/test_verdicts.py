@@ -16,6 +16,7 @@ from seedflood.paper.verdicts import (
     main_verdict,
     percent_interval,
     scaling_verdict,
+    so_far,
     subcge_verdict,
 )
 from seedflood.report import present_runs
@@ -172,3 +173,24 @@ def test_codec_bytes_match_the_flooding_benchmark() -> None:
     # 26 rounds with a 1-byte base step (24-byte packets), 974 with 2 bytes (25): × 16 origins
     assert codec_bytes_per_edge(16, 5000, 5, "fp32") == 16 * (26 * 24 + 974 * 25) == 399_584
     assert codec_bytes_per_edge(16, 5000, 1, "fp32") == 717_952
+
+
+def test_a_verdict_on_a_running_grid_is_restated_as_what_its_runs_say_so_far() -> None:
+    """The judgement moves behind "not yet decided" with its numbers kept; a grid whose runs hold
+    no SeedFlood–DSGD cell yet says that, not "not yet run"."""
+    partly = (
+        "**Verdict: partly** (an incomplete grid; Welch): rte/ring: SeedFlood at 95.0% of DSGD."
+    )
+    assert so_far(partly) == (
+        "**Verdict: not yet decided.** So far, on the runs made, partly (an incomplete grid; "
+        "Welch): rte/ring: SeedFlood at 95.0% of DSGD."
+    )
+    untested = "**Verdict: not tested at this scale.** Not judged: rte/ring (DSGD 44.0%)."
+    assert so_far(untested) == (
+        "**Verdict: not yet decided.** So far, on the runs made, not tested at this scale: "
+        "Not judged: rte/ring (DSGD 44.0%)."
+    )
+    none = main_verdict([{"method": "dsgd", "task": "rte", "topology": "ring"}], False, False)
+    assert so_far(none) == (
+        "**Verdict: not yet decided.** No task and topology has both SeedFlood and DSGD."
+    )

@@ -25,8 +25,15 @@ from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
-from seedflood.paper.verdicts import TO_BEAT, against, learned, percent_interval
-from seedflood.report import Run, present_runs
+from seedflood.paper.verdicts import (
+    TO_BEAT,
+    against,
+    learned,
+    main_verdict,
+    percent_interval,
+    so_far,
+)
+from seedflood.report import Run, present_runs, summarize
 
 GRID, OUT = "main-sst2-long.yaml", "results/paper-main-sst2-long"
 FIRST_ORDER_LOCAL_STEPS = 5  # the grid's gossip methods: 20 rounds of 5 local steps
@@ -87,9 +94,10 @@ FULL_TRAINING_GRIDS = {"rte": "main-rte-long.yaml", "boolq": "main-boolq-long.ya
 
 def _full_training_sets(root: Path) -> list[str]:
     """RTE and BoolQ on their full-size training files, 300 zeroth-order and 30 first-order
-    steps: what has run, and what has not."""
+    steps: what has run, what has not, and the main table's verdict on what has."""
     lines = [
-        "### RTE and BoolQ on their full training sets: 300 zeroth-order and 30 first-order steps",
+        "## 1c. RTE and BoolQ on their full training sets: 300 zeroth-order and 30 first-order "
+        "steps",
         "",
         "1,024 training examples (64 a client), validation drawn from what training leaves, every "
         "test example (RTE 277, BoolQ 1,000; BoolQ's training rows were carved from its "
@@ -99,7 +107,31 @@ def _full_training_sets(root: Path) -> list[str]:
     for task, grid in FULL_TRAINING_GRIDS.items():
         lines += [f"{task} (configs/paper/{grid}):", ""]
         lines += _grid_state(root, grid, f"results/paper-main-{task}-long")
-    return lines
+    return lines + _full_training_verdict(root)
+
+
+def _full_training_verdict(root: Path) -> list[str]:
+    """The main table's verdict (``main_verdict``) on the full training sets' runs, "not yet
+    decided" until both grids have finished. SeedFlood's ring seeds stand for the meshgrid too:
+    with hops = diameter its runs end on one state hash on both."""
+    outs = {grid: f"results/paper-main-{task}-long" for task, grid in FULL_TRAINING_GRIDS.items()}
+    runs = [run for out in outs.values() for run in present_runs(root / out)]
+    if not runs:
+        return []
+    rows = summarize(runs)
+    meshgrid = {r["task"] for r in rows if r["method"] == "seedflood" and r["topology"] != "ring"}
+    rows += [
+        r | {"topology": "meshgrid"}
+        for r in rows
+        if r["method"] == "seedflood" and r["topology"] == "ring" and r["task"] not in meshgrid
+    ]
+    complete = all(
+        (root / "configs" / "paper" / grid).is_file() and not unfinished(root, grid, out)
+        for grid, out in outs.items()
+    )
+    planned = "RTE and BoolQ × ring/meshgrid × 3 seeds"
+    verdict = main_verdict(rows, complete, fallback=False, planned=planned)
+    return [verdict if complete else so_far(verdict), ""]
 
 
 def at_length(

@@ -88,6 +88,7 @@ def main_verdict(
     complete: bool,
     fallback: bool,
     untuned: Collection[str] = (),
+    planned: str = "3 tasks × ring/meshgrid × 3 seeds",
 ) -> str:
     """The paper's main-table shape, judged per task and topology: SeedFlood within 94–96% of
     DSGD or above, and ahead of the methods the paper places below it (RIVALS), each comparison
@@ -152,12 +153,25 @@ def main_verdict(
         if fallback
         else f"the full grid{cells}"
         if complete
-        else "an incomplete grid (3 tasks × ring/meshgrid × 3 seeds planned)"
+        else f"an incomplete grid ({planned} planned)"
     )
     criterion = (
         f"ahead or behind means a two-sided Welch's t-test on the seeds at p < {SIGNIFICANCE}"
     )
     return f"**Verdict: {verdict}** ({scope}; {criterion}): {'. '.join(reasons)}.{not_judged}"
+
+
+def so_far(verdict: str) -> str:
+    """A verdict on a grid still running, restated as what its finished runs say: "not yet
+    decided", with the judgement and its numbers first, where "What we found" reads them."""
+    word, _, rest = verdict.removeprefix("**Verdict: ").partition("**")
+    rest = rest.strip()
+    if word.rstrip(".") == "not yet run":  # runs exist, none of them a SeedFlood–DSGD cell
+        return f"**Verdict: not yet decided.** {rest}"
+    joint = " " if rest.startswith("(") else ": "
+    return (
+        f"**Verdict: not yet decided.** So far, on the runs made, {word.rstrip('.')}{joint}{rest}"
+    )
 
 
 def scaling_verdict(
