@@ -52,7 +52,13 @@ class PlannedRun:
         return out / "runs" / self.name
 
     def finished_results(self, out: Path) -> dict[str, Any] | None:
-        """The results of an earlier run with exactly this configuration, else None."""
+        """The results of an earlier run with exactly this configuration and data, else None."""
+        results = self.results_with_config(out)
+        return results if results is not None and same_data(results, self.config) else None
+
+    def results_with_config(self, out: Path) -> dict[str, Any] | None:
+        """The results of an earlier run with exactly this configuration on whatever data it
+        had, else None."""
         path = self.directory(out) / "results.json"
         if not path.is_file():
             return None
@@ -62,9 +68,7 @@ class PlannedRun:
         except (json.JSONDecodeError, KeyError, TypeError, ValidationError):
             return None
         # Through RunConfig, so keys added since the run was made count at their defaults.
-        if stored != self.config or not same_data(results, self.config):
-            return None
-        return results
+        return results if stored == self.config else None
 
     def is_done(self, out: Path) -> bool:
         return self.finished_results(out) is not None

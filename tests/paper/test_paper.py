@@ -228,6 +228,19 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
         f"{planned[6].name.removeprefix('seedflood_')}, "
         f"{planned[7].name.removeprefix('seedflood_')} (round 25 of 30 so far)," in text
     )
+    # a run finished with the grid's config on other data is missing too, and named as such:
+    # the results above it stand for the data it had
+    other = planned[8]
+    write_run(root, "paper-subcge", other.name, 0.7, **other.config.model_dump(mode="json"))
+    path = root / "results" / "paper-subcge" / "runs" / other.name / "results.json"
+    results = json.loads(path.read_text())
+    path.write_text(json.dumps({**results, "data": {**now, "sha256": "c" * 64}}))
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    assert (
+        "Not yet run: 9 of the 12 runs of configs/paper/subcge-ablation.yaml (`seedflood compare "
+        "configs/paper/subcge-ablation.yaml --out results/paper-subcge` runs them and skips the "
+        "finished ones); 1 of them ran with this config on the data directory as it was then"
+    ) in text
 
 
 def test_hops_compare_with_the_diameter_on_the_same_seeds(tmp_path: Path) -> None:
