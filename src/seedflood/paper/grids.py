@@ -45,15 +45,15 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
     planned = plan(path)
     missing: dict[str, list[str]] = defaultdict(list)
     minutes: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    other_data = 0
+    other_data = 0  # finished with the grid's config, on the data directory as it was then
     for run in planned:
         variant = run.config.name
-        results = run.finished_results(root / out)
-        if results is not None:
+        results = run.results_with_config(root / out)
+        if results is not None and same_data(results, run.config):
             device = results.get("device", "cpu")
             minutes[variant][device].append(results["wall_seconds"] / 60)
         else:
-            other_data += _made_on_other_data(run, root / out)
+            other_data += results is not None
             name = run.name.removeprefix(variant).strip("_")
             missing[variant].append(name + _so_far(run, root / out))
     if not missing:
@@ -90,13 +90,6 @@ def _took(by_device: dict[str, list[float]]) -> str:
         where = "here" if device == "cpu" else f"on {device}"
         parts.append(f"{len(minutes)} finished {where} in {span} min{each}")
     return f" ({'; '.join(parts)})" if parts else ""
-
-
-def _made_on_other_data(run: PlannedRun, out: Path) -> bool:
-    """Whether the run finished with this grid's config on data other than the data directory's
-    files as they are now (the RTE and BoolQ grids made on FewGLUE's 32 training rows)."""
-    results = run.results_with_config(out)
-    return results is not None and not same_data(results, run.config)
 
 
 def _so_far(run: PlannedRun, out: Path) -> str:
