@@ -134,15 +134,17 @@ def main_verdict(
             f"{task}/{topology}: SeedFlood at {pct(seedflood / dsgd)}% of DSGD (paper 94–96%); "
             + ("; ".join(said) or "no rivals ran")
         )
-    not_judged = (
-        f" Not judged: {'; '.join(unlearned)}: DSGD ends less than {100 * LEARNED:.0f} points "
-        "above the better of the untrained model and always answering the most common label, so "
-        "it has not learned that task in this budget and the ratios to it are noise."
-        if unlearned
-        else ""
+    why = (
+        f"DSGD ends less than {100 * LEARNED:.0f} points above the better of the untrained model "
+        "and always answering the most common label, so it has not learned that task in this "
+        "budget and the ratios to it are noise."
     )
     if not judged and unlearned:
-        return f"**Verdict: not tested at this scale.**{not_judged}"
+        return (
+            f"**Verdict: not tested at this scale.** In every cell run, {'; '.join(unlearned)}, "
+            f"{why}"
+        )
+    not_judged = f" Not judged: {'; '.join(unlearned)}: {why}" if unlearned else ""
     if not judged:
         return "**Verdict: not yet run.** No task and topology has both SeedFlood and DSGD."
     whole = all_ok and complete and not unlearned
