@@ -13,6 +13,7 @@ from seedflood import grid
 from seedflood.grid import plan
 from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
+from seedflood.paper.grids import in_progress
 from seedflood.paper.setting import device_note, portable_note
 from seedflood.report import Run
 from seedflood.sim.ledger import LAST_ROUND
@@ -228,6 +229,12 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
         f"{planned[6].name.removeprefix('seedflood_')}, "
         f"{planned[7].name.removeprefix('seedflood_')} (round 25 of 30 so far)," in text
     )
+    # a plot of the running grid draws the same part-way run, from its untrained evaluation on,
+    # and no run that has not evaluated since
+    running = in_progress(root, "subcge-ablation.yaml", "results/paper-subcge")
+    assert running == [
+        (planned[4].name, [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}])
+    ]
     # a run finished with the grid's config on other data is missing too, and named as such:
     # the results above it stand for the data it had
     other = planned[8]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -92,23 +93,56 @@ def _took(by_device: dict[str, list[float]]) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _so_far(run: PlannedRun, out: Path) -> str:
-    """ " (round R of N so far: validation V%)" for a run part-way through under this grid's
-    config and data (its ledger's manifest says which), else ""; R is the last round its ledger
-    logged whole, with the round of V where that is earlier (and no V before the first)."""
+def in_progress(root: Path, grid: str, out: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The grid's runs part-way through under its config and data, by directory name, with their
+    histories so far (the untrained model's evaluation first), once they have evaluated after it:
+    what a plot of a running grid draws beside the finished runs. Nothing when the grid file is
+    absent."""
+    path = root / "configs" / "paper" / grid
+    if not path.is_file():
+        return []
+    found = []
+    for run in plan(path):
+        ledger = None if run.finished_results(root / out) else _ledger(run, root / out)
+        if ledger is not None and ledger.evaluated:
+            found.append((run.name, ledger.history))
+    return found
+
+
+class _Ledger(NamedTuple):
+    history: list[dict[str, Any]]
+    evaluated: list[dict[str, Any]]  # the evaluations after round 0
+    logged: dict[str, Any] | None  # the last round logged whole
+
+
+def _ledger(run: PlannedRun, out: Path) -> _Ledger | None:
+    """A part-way run's committed ledger, where its manifest says it runs under this grid's
+    config and data; else None."""
     directory = run.directory(out)
     manifest, history = directory / MANIFEST, directory / "history.jsonl"
     if not (manifest.is_file() and history.is_file()):
-        return ""
+        return None
     try:
         written = json.loads(manifest.read_text())
         stored = RunConfig(**written["config"])
-        evaluated = [h for h in read_jsonl(history) if h["round"] > 0]
+        evaluations = read_jsonl(history)
+        evaluated = [h for h in evaluations if h["round"] > 0]
         logged = last_round(directory)
     except (json.JSONDecodeError, KeyError, TypeError, ValidationError, CheckpointError):
-        return ""
+        return None
     if stored != run.config or not same_data(written, run.config):
+        return None
+    return _Ledger(evaluations, evaluated, logged)
+
+
+def _so_far(run: PlannedRun, out: Path) -> str:
+    """ " (round R of N so far: validation V%)" for a run part-way through (``_ledger``), else
+    ""; R is the last round its ledger logged whole, with the round of V where that is earlier
+    (and no V before the first)."""
+    ledger = _ledger(run, out)
+    if ledger is None:
         return ""
+    evaluated, logged = ledger.evaluated, ledger.logged
     if not evaluated:
         done = logged["round"] if logged is not None else 0
         return f" (round {done} of {run.config.rounds} so far)" if done else ""

@@ -17,13 +17,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
+from typing import Any
 
 import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
 from seedflood.paper.decisive import Pair, decisive_lines
-from seedflood.paper.grids import compare_command, not_yet_run, unfinished
+from seedflood.paper.grids import compare_command, in_progress, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
 from seedflood.paper.verdicts import (
     TO_BEAT,
@@ -63,10 +64,11 @@ def horizon_section(root: Path, out: Path) -> list[str]:
     stopped = sorted(directory.glob("unfinished-*/*.history.jsonl"))
     search = horizon_tuning_section(root)
     if not runs and not stopped:
-        return [*lines, *not_yet_run(GRID, OUT), *search, *_full_training_sets(root)]
+        return [*lines, *not_yet_run(GRID, OUT), *search, *_full_training_sets(root, out)]
     lines += _runs_table(runs, root)
     image = out.parent / "img" / "results_sst2_long.png"
-    _plot_curves(runs, stopped, image)
+    partial = [(p.name.removesuffix(".history.jsonl"), read_jsonl(p)) for p in stopped]
+    _plot_curves(runs, partial, image, "stopped")
     lines += [f"![validation accuracy against steps, bytes and seconds]({link(image, out)})", ""]
     if stopped:
         lines += [
@@ -86,15 +88,16 @@ def horizon_section(root: Path, out: Path) -> list[str]:
         "do not carry.",
         "",
     ]
-    return [*lines, *unfinished(root, GRID, OUT), *_full_training_sets(root)]
+    return [*lines, *unfinished(root, GRID, OUT), *_full_training_sets(root, out)]
 
 
 FULL_TRAINING_GRIDS = {"rte": "main-rte-long.yaml", "boolq": "main-boolq-long.yaml"}
 
 
-def _full_training_sets(root: Path) -> list[str]:
+def _full_training_sets(root: Path, out: Path) -> list[str]:
     """RTE and BoolQ on their full-size training files, 300 zeroth-order and 30 first-order
-    steps: what has run, what has not, and the main table's verdict on what has."""
+    steps: what has run, its curves with those of the runs still going, what has not run, and
+    the main table's verdict on what has."""
     lines = [
         "## 1c. RTE and BoolQ on their full training sets: 300 zeroth-order and 30 first-order "
         "steps",
@@ -106,7 +109,14 @@ def _full_training_sets(root: Path) -> list[str]:
     ]
     for task, grid in FULL_TRAINING_GRIDS.items():
         lines += [f"{task} (configs/paper/{grid}):", ""]
-        lines += _grid_state(root, grid, f"results/paper-main-{task}-long")
+        results = f"results/paper-main-{task}-long"
+        lines += _grid_state(root, grid, results)
+        runs, running = present_runs(root / results), in_progress(root, grid, results)
+        if runs or running:
+            image = out.parent / "img" / f"results_{task}_long.png"
+            _plot_curves(runs, running, image, "running")
+            alt = f"{task}: validation accuracy against steps, bytes and seconds"
+            lines += [f"![{alt}]({link(image, out)})", ""]
     return lines + _full_training_verdict(root)
 
 
@@ -260,12 +270,18 @@ def _stopped_line(path: Path, root: Path) -> str:
     )
 
 
-def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
+def _plot_curves(
+    runs: list[Run],
+    partial: Sequence[tuple[str, list[dict[str, Any]]]],
+    image: Path,
+    partial_word: str,
+) -> None:
     """Validation accuracy against steps, busiest-edge bytes and training seconds: one line per
-    run, coloured by method, marked by seed, dotted on the meshgrid, dashed where a run was
-    stopped before its end; the legend beside the panels, where it hides no curve."""
+    run, coloured by method, marked by seed, dotted on the meshgrid, dashed for the ``partial``
+    runs that have not reached their end (labelled ``partial_word``: stopped, or running); the
+    legend beside the panels, where it hides no curve."""
     curves = [(run.directory.name, run.history, "-") for run in runs if run.history]
-    curves += [(p.name.removesuffix(".history.jsonl"), read_jsonl(p), "--") for p in stopped]
+    curves += [(name, history, "--") for name, history in partial]
     figure, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
     colours: dict[str, str] = {}
     for name, history, style in curves:
@@ -274,7 +290,7 @@ def _plot_curves(runs: list[Run], stopped: list[Path], image: Path) -> None:
         steps_per_round = _steps_per_round(name, runs)
         seed = int(name.rsplit("_seed-", 1)[1])
         topology = name.split("topology-")[1].split("_")[0]
-        label = f"{method} ({topology}, seed {seed}{', stopped' if style == '--' else ''})"
+        label = f"{method} ({topology}, seed {seed}{', ' + partial_word if style == '--' else ''})"
         style = ":" if style == "-" and topology == "meshgrid" else style
         for axis, key in zip(axes, ("round", "bytes_per_edge_max", "train_seconds"), strict=True):
             points = [h for h in history if key in h and "accuracy" in h]
