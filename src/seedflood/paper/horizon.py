@@ -110,8 +110,8 @@ def _full_training_sets(root: Path, out: Path) -> list[str]:
     for task, grid in FULL_TRAINING_GRIDS.items():
         lines += [f"{task} (configs/paper/{grid}):", ""]
         results = f"results/paper-main-{task}-long"
-        lines += _grid_state(root, grid, results)
         runs, running = present_runs(root / results), in_progress(root, grid, results)
+        lines += _grid_state(root, grid, results, runs)
         if runs or running:
             image = out.parent / "img" / f"results_{task}_long.png"
             _plot_curves(runs, running, image, "running")
@@ -153,7 +153,7 @@ def at_length(
     heading = [f"### At the papers' horizon: configs/paper/{grid}", ""]
     runs = present_runs(root / out)
     if not runs or not pairs:
-        return [*heading, *_grid_state(root, grid, out)]
+        return [*heading, *_grid_state(root, grid, out, runs)]
     return [
         *heading,
         *_runs_table(runs, root),
@@ -162,9 +162,8 @@ def at_length(
     ]
 
 
-def _grid_state(root: Path, grid: str, out: str) -> list[str]:
+def _grid_state(root: Path, grid: str, out: str, runs: list[Run]) -> list[str]:
     """A grid's finished runs and the runs it still lacks, or the command that makes them all."""
-    runs = present_runs(root / out)
     if not runs:
         return [f"Not yet run (`{compare_command(grid, out)}`; its plan is in its header).", ""]
     return [*_runs_table(runs, root), *unfinished(root, grid, out)]
