@@ -151,7 +151,7 @@ def test_the_full_training_sets_are_judged_as_the_main_table_once_their_runs_are
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     section = text[text.index("## 1c.") : text.index("## 2.")]
     unlearned = "rte/ring (DSGD 44.0%, SeedFlood 49.0%, to beat 52.7%)"
-    said = f"So far, on the runs made, not tested at this scale: In every cell run, {unlearned}"
+    said = f"So far, on the runs made, not tested at this scale: in every cell run, {unlearned}"
     assert f"**Verdict: not yet decided.** {said}" in section
     assert f"300 against 30 steps (§1c) | not yet decided | {said}" in text
     # its runs' curves are drawn beneath its table; BoolQ, with no runs yet, has none

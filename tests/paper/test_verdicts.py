@@ -189,7 +189,7 @@ def test_a_verdict_on_a_running_grid_is_restated_as_what_its_runs_say_so_far() -
     untested = "**Verdict: not tested at this scale.** In every cell run, rte/ring (DSGD 44.0%)."
     assert so_far(untested) == (
         "**Verdict: not yet decided.** So far, on the runs made, not tested at this scale: "
-        "In every cell run, rte/ring (DSGD 44.0%)."
+        "in every cell run, rte/ring (DSGD 44.0%)."
     )
     none = main_verdict([{"method": "dsgd", "task": "rte", "topology": "ring"}], False, False)
     assert so_far(none) == (

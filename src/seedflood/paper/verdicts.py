@@ -170,6 +170,8 @@ def so_far(verdict: str) -> str:
     rest = rest.strip()
     if word.rstrip(".") == "not yet run":  # runs exist, none of them a SeedFlood–DSGD cell
         return f"**Verdict: not yet decided.** {rest}"
+    if word.endswith("."):  # a whole-sentence verdict goes on as one sentence with its reason
+        rest = rest[:1].lower() + rest[1:]
     joint = " " if rest.startswith("(") else ": "
     return (
         f"**Verdict: not yet decided.** So far, on the runs made, {word.rstrip('.')}{joint}{rest}"
