@@ -177,3 +177,27 @@ def test_the_full_training_sets_are_judged_as_the_main_table_once_their_runs_are
         "t-test on the seeds at p < 0.05): boolq/meshgrid: SeedFlood at 95.9% of DSGD (paper "
         f"94–96%); no rivals ran. Not judged: {unlearned}"
     ) in section
+
+
+def test_the_ceiling_runs_say_whether_a_task_is_learnable_at_all(root: Path) -> None:
+    """§1c's centralized runs answer, task by task, from the best rate: a task learned there
+    lacks steps at length; one not learned at any rate tried is beyond the model here."""
+    grid = "paper-ceiling-long"
+    for lr, accuracy in ((0.00125, 0.60), (0.0025, 0.58)):
+        write_run(root, grid, f"boolq_topology-complete_clients-2_seed-0_lr-{lr}", accuracy,
+                  task="boolq", lr=lr, rounds=192, clients=2, topology="complete",
+                  majority_accuracy=0.611, zero_shot=0.601)  # fmt: skip
+    write_run(root, grid, "rte_topology-complete_clients-2_seed-0_lr-0.00125", 0.62,
+              task="rte", lr=0.00125, rounds=192, clients=2, topology="complete",
+              majority_accuracy=0.527, zero_shot=0.495)  # fmt: skip
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    section = text[text.index("## 1c.") : text.index("## 2.")]
+    assert "| boolq | 0.0025 | 192 | – | 58.0, did not learn | 61.1 | 120 |" in section
+    assert (
+        "- boolq: not learned at lr 0.00125, 0.0025 (best 60.0% against 61.1%): with 192 "
+        "sequential steps against DSGD's 30 the model still does not learn it."
+    ) in section
+    assert (
+        "- rte: learnable here (62.0% against 52.7% at lr 0.00125): its at-length cells lack "
+        "steps, not capacity."
+    ) in section

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
+from seedflood.paper.ceiling import ceiling_lines
 from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, in_progress, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
@@ -117,7 +118,7 @@ def _full_training_sets(root: Path, out: Path) -> list[str]:
             _plot_curves(runs, running, image, "running")
             alt = f"{task}: validation accuracy against steps, bytes and seconds"
             lines += [f"![{alt}]({link(image, out)})", ""]
-    return lines + _full_training_verdict(root)
+    return lines + ceiling_lines(root) + _full_training_verdict(root)
 
 
 def _full_training_verdict(root: Path) -> list[str]:

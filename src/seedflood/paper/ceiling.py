@@ -1,0 +1,67 @@
+"""Whether the model can learn a task at all (configs/paper/ceiling-long.yaml): centralized
+first-order SGD with several times DSGD's sequential steps. A main-table cell whose DSGD did not
+learn cannot test the papers' claims; this section says whether more compute would change that, or
+whether the task is beyond this model here, so the claim is held back for a stated reason."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from seedflood.paper.bench import pct, rel
+from seedflood.paper.grids import unfinished
+from seedflood.paper.verdicts import TO_BEAT, learned
+from seedflood.report import Run, present_runs
+
+GRID, OUT = "ceiling-long.yaml", "results/paper-ceiling-long"
+DSGD_STEPS = 30  # the first-order steps of configs/paper/main-{rte,boolq}-long.yaml
+
+
+def ceiling_lines(root: Path) -> list[str]:
+    lines = [
+        "Can this model learn these tasks from 1,024 examples at all? Centralized first-order "
+        "SGD (two clients averaged exactly after every step, batches of 16), more sequential "
+        f"steps than DSGD's {DSGD_STEPS} (configs/paper/{GRID}; its header gives the plan):",
+        "",
+    ]
+    runs = present_runs(root / OUT)
+    if not runs:
+        return [*lines, *unfinished(root, GRID, OUT)]
+    lines += [
+        "| task | lr | steps | best validation (%) | test accuracy (%) | to beat (%) | wall s "
+        "| source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_task: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        r = run.results
+        task = run.group[1]
+        by_task[task].append(run)
+        mark = "" if learned(r["accuracy"], run.floor) else ", did not learn"
+        trained = [row["accuracy"] for row in run.history if "train_loss" in row]
+        validation = pct(max(trained)) if trained else "–"
+        lines.append(
+            f"| {task} | {r['config']['lr']:g} | {r['steps']} | {validation} "
+            f"| {pct(r['accuracy'])}{mark} | {pct(run.floor)} | {r['wall_seconds']:.0f} "
+            f"| `{rel(run.directory, root)}` |"
+        )
+    lines += ["", f"To beat: {TO_BEAT}.", ""]
+    lines += [_reading(task, task_runs) for task, task_runs in sorted(by_task.items())]
+    return [*lines, "", *unfinished(root, GRID, OUT)]
+
+
+def _reading(task: str, runs: list[Run]) -> str:
+    """One task's answer from its best run: learned, or not at any rate tried so far."""
+    best = max(runs, key=lambda run: run.results["accuracy"] - run.floor)
+    accuracy, floor = best.results["accuracy"], best.floor
+    rates = ", ".join(f"{run.results['config']['lr']:g}" for run in runs)
+    if learned(accuracy, floor):
+        return (
+            f"- {task}: learnable here ({pct(accuracy)}% against {pct(floor)}% at lr "
+            f"{best.results['config']['lr']:g}): its at-length cells lack steps, not capacity."
+        )
+    return (
+        f"- {task}: not learned at lr {rates} (best {pct(accuracy)}% against {pct(floor)}%): "
+        f"with {best.results['steps']} sequential steps against DSGD's {DSGD_STEPS} the model "
+        "still does not learn it."
+    )
