@@ -32,11 +32,9 @@ def ceiling_lines(root: Path) -> list[str]:
         "| source |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    by_task: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         r = run.results
         task = run.group[1]
-        by_task[task].append(run)
         mark = "" if learned(r["accuracy"], run.floor) else ", did not learn"
         trained = [row["accuracy"] for row in run.history if "train_loss" in row]
         validation = pct(max(trained)) if trained else "–"
@@ -46,13 +44,43 @@ def ceiling_lines(root: Path) -> list[str]:
             f"| `{rel(run.directory, root)}` |"
         )
     lines += ["", f"To beat: {TO_BEAT}.", ""]
-    lines += [_reading(task, task_runs) for task, task_runs in sorted(by_task.items())]
+    lines += [_reading(task, task_runs) for task, task_runs in _by_task(runs).items()]
     return [*lines, "", *unfinished(root, GRID, OUT)]
+
+
+def held_back(root: Path) -> str:
+    """The tasks whose claims this model cannot test, for the verdict: those the ceiling runs
+    did not learn at any rate tried ("" while none is known)."""
+    beyond = []
+    for task, runs in _by_task(present_runs(root / OUT)).items():
+        best = _best(runs)
+        if not learned(best.results["accuracy"], best.floor):
+            beyond.append(
+                f"{task} (best {pct(best.results['accuracy'])}% against {pct(best.floor)}% "
+                f"with {best.results['steps']} steps)"
+            )
+    if not beyond:
+        return ""
+    return (
+        f"Held back on {', '.join(beyond)}: centralized SGD did not learn it either, so this "
+        "model cannot test the claim there, however long the decentralized runs."
+    )
+
+
+def _by_task(runs: list[Run]) -> dict[str, list[Run]]:
+    by_task: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_task[run.group[1]].append(run)
+    return dict(sorted(by_task.items()))
+
+
+def _best(runs: list[Run]) -> Run:
+    return max(runs, key=lambda run: run.results["accuracy"] - run.floor)
 
 
 def _reading(task: str, runs: list[Run]) -> str:
     """One task's answer from its best run: learned, or not at any rate tried so far."""
-    best = max(runs, key=lambda run: run.results["accuracy"] - run.floor)
+    best = _best(runs)
     accuracy, floor = best.results["accuracy"], best.floor
     rates = ", ".join(f"{run.results['config']['lr']:g}" for run in runs)
     if learned(accuracy, floor):

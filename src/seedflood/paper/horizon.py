@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
-from seedflood.paper.ceiling import ceiling_lines
+from seedflood.paper.ceiling import ceiling_lines, held_back
 from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, in_progress, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
@@ -142,7 +142,8 @@ def _full_training_verdict(root: Path) -> list[str]:
     )
     planned = "RTE and BoolQ × ring/meshgrid × 3 seeds"
     verdict = main_verdict(rows, complete, fallback=False, planned=planned)
-    return [verdict if complete else so_far(verdict), ""]
+    reason = held_back(root)
+    return [" ".join(filter(None, (verdict if complete else so_far(verdict), reason))), ""]
 
 
 def at_length(
