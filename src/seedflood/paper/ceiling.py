@@ -48,23 +48,25 @@ def ceiling_lines(root: Path) -> list[str]:
     return [*lines, "", *unfinished(root, GRID, OUT)]
 
 
-def held_back(root: Path) -> str:
+def held_back(root: Path) -> tuple[str, list[str]]:
     """The tasks whose claims this model cannot test, for the verdict: those the ceiling runs
-    did not learn at any rate tried ("" while none is known)."""
-    beyond = []
+    did not learn at any rate tried, with the sentence that says so ("" while none is known)."""
+    beyond, tasks = [], []
     for task, runs in _by_task(present_runs(root / OUT)).items():
         best = _best(runs)
         if not learned(best.results["accuracy"], best.floor):
+            tasks.append(task)
             beyond.append(
                 f"{task} (best {pct(best.results['accuracy'])}% against {pct(best.floor)}% "
                 f"with {best.results['steps']} steps)"
             )
     if not beyond:
-        return ""
-    return (
+        return "", []
+    sentence = (
         f"Held back on {', '.join(beyond)}: centralized SGD did not learn it either, so this "
         "model cannot test the claim there, however long the decentralized runs."
     )
+    return sentence, tasks
 
 
 def _by_task(runs: list[Run]) -> dict[str, list[Run]]:
