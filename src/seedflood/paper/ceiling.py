@@ -62,9 +62,10 @@ def held_back(root: Path) -> tuple[str, list[str]]:
             )
     if not beyond:
         return "", []
+    them = "them" if len(tasks) > 1 else "it"
     sentence = (
-        f"Held back on {', '.join(beyond)}: centralized SGD did not learn it either, so this "
-        "model cannot test the claim there, however long the decentralized runs."
+        f"Held back on {', '.join(beyond)}: centralized SGD with more steps did not learn {them} "
+        "either at the rates tried, so with this model the claim cannot be tested there."
     )
     return sentence, tasks
 
@@ -93,5 +94,5 @@ def _reading(task: str, runs: list[Run]) -> str:
     return (
         f"- {task}: not learned at lr {rates} (best {pct(accuracy)}% against {pct(floor)}%): "
         f"with {best.results['steps']} sequential steps against DSGD's {DSGD_STEPS} the model "
-        "still does not learn it."
+        "still does not learn it at the rates tried."
     )

@@ -144,7 +144,7 @@ def _full_training_verdict(root: Path) -> list[str]:
     verdict = main_verdict(rows, complete, fallback=False, planned=planned)
     verdict = verdict if complete else so_far(verdict)
     reason, tasks = held_back(root)
-    if reason:  # first, where "What we found" reads it; with every task held back, the verdict
+    if reason:  # it leads, since "What we found" reads a verdict's first sentence
         lead, _, rest = verdict.partition("** ")
         if set(tasks) >= set(FULL_TRAINING_GRIDS):
             lead = "**Verdict: untestable here."
