@@ -50,7 +50,9 @@ def ceiling_lines(root: Path) -> list[str]:
 
 def held_back(root: Path) -> tuple[str, list[str]]:
     """The tasks whose claims this model cannot test, for the verdict: those the ceiling runs
-    did not learn at any rate tried, with the sentence that says so ("" while none is known)."""
+    did not learn at any rate tried, with the sentence that says so ("" while none is known).
+    The tasks are named only once every rate of the grid has run: before, a task not learned at
+    one rate is a reason to hold its claim back, not yet a verdict."""
     beyond, tasks = [], []
     for task, runs in _by_task(present_runs(root / OUT)).items():
         best = _best(runs)
@@ -67,7 +69,7 @@ def held_back(root: Path) -> tuple[str, list[str]]:
         f"Held back on {', '.join(beyond)}: centralized SGD with more steps did not learn {them} "
         "either at the rates tried, so with this model the claim cannot be tested there."
     )
-    return sentence, tasks
+    return sentence, [] if unfinished(root, GRID, OUT) else tasks
 
 
 def _by_task(runs: list[Run]) -> dict[str, list[Run]]:
