@@ -17,16 +17,21 @@ GRID, OUT = "ceiling-long.yaml", "results/paper-ceiling-long"
 DSGD_STEPS = 30  # the first-order steps of configs/paper/main-{rte,boolq}-long.yaml
 
 
-def ceiling_lines(root: Path) -> list[str]:
+def ceiling_runs(root: Path) -> tuple[list[Run], list[str]]:
+    """The ceiling grid's finished runs and the lines naming what it still lacks, read once for
+    both the section and the verdict."""
+    return present_runs(root / OUT), unfinished(root, GRID, OUT)
+
+
+def ceiling_lines(root: Path, runs: list[Run], pending: list[str]) -> list[str]:
     lines = [
         "Can this model learn these tasks from 1,024 examples at all? Centralized first-order "
         "SGD (two clients averaged exactly after every step, batches of 16), more sequential "
         f"steps than DSGD's {DSGD_STEPS} (configs/paper/{GRID}; its header gives the plan):",
         "",
     ]
-    runs = present_runs(root / OUT)
     if not runs:
-        return [*lines, *unfinished(root, GRID, OUT)]
+        return [*lines, *pending]
     lines += [
         "| task | lr | steps | best validation (%) | test accuracy (%) | to beat (%) | wall s "
         "| source |",
@@ -45,17 +50,17 @@ def ceiling_lines(root: Path) -> list[str]:
         )
     lines += ["", f"To beat: {TO_BEAT}.", ""]
     lines += [_reading(task, task_runs) for task, task_runs in _by_task(runs).items()]
-    return [*lines, "", *unfinished(root, GRID, OUT)]
+    return [*lines, "", *pending]
 
 
-def held_back(root: Path) -> tuple[str, list[str]]:
+def held_back(runs: list[Run], pending: list[str]) -> tuple[str, list[str]]:
     """The tasks whose claims this model cannot test, for the verdict: those the ceiling runs
     did not learn at any rate tried, with the sentence that says so ("" while none is known).
     The tasks are named only once every rate of the grid has run: before, a task not learned at
     one rate is a reason to hold its claim back, not yet a verdict."""
     beyond, tasks = [], []
-    for task, runs in _by_task(present_runs(root / OUT)).items():
-        best = _best(runs)
+    for task, task_runs in _by_task(runs).items():
+        best = _best(task_runs)
         if not learned(best.results["accuracy"], best.floor):
             tasks.append(task)
             beyond.append(
@@ -69,7 +74,7 @@ def held_back(root: Path) -> tuple[str, list[str]]:
         f"Held back on {', '.join(beyond)}: centralized SGD with more steps did not learn {them} "
         "either at the rates tried, so with this model the claim cannot be tested there."
     )
-    return sentence, [] if unfinished(root, GRID, OUT) else tasks
+    return sentence, [] if pending else tasks
 
 
 def _by_task(runs: list[Run]) -> dict[str, list[Run]]:

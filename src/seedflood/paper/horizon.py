@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
 from seedflood.paper.bench import link, pct, rel
-from seedflood.paper.ceiling import ceiling_lines, held_back
+from seedflood.paper.ceiling import ceiling_lines, ceiling_runs, held_back
 from seedflood.paper.decisive import Pair, decisive_lines
 from seedflood.paper.grids import compare_command, in_progress, not_yet_run, unfinished
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
@@ -118,13 +118,16 @@ def _full_training_sets(root: Path, out: Path) -> list[str]:
             _plot_curves(runs, running, image, "running")
             alt = f"{task}: validation accuracy against steps, bytes and seconds"
             lines += [f"![{alt}]({link(image, out)})", ""]
-    return lines + ceiling_lines(root) + _full_training_verdict(root)
+    ceiling, pending = ceiling_runs(root)
+    verdict = _full_training_verdict(root, held_back(ceiling, pending))
+    return lines + ceiling_lines(root, ceiling, pending) + verdict
 
 
-def _full_training_verdict(root: Path) -> list[str]:
+def _full_training_verdict(root: Path, held: tuple[str, list[str]]) -> list[str]:
     """The main table's verdict (``main_verdict``) on the full training sets' runs, "not yet
-    decided" until both grids have finished. SeedFlood's ring seeds stand for the meshgrid too:
-    with hops = diameter its runs end on one state hash on both."""
+    decided" until both grids have finished, led by ``held`` (``held_back``) when the ceiling
+    runs hold a task back. SeedFlood's ring seeds stand for the meshgrid too: with hops =
+    diameter its runs end on one state hash on both."""
     outs = {grid: f"results/paper-main-{task}-long" for task, grid in FULL_TRAINING_GRIDS.items()}
     runs = [run for out in outs.values() for run in present_runs(root / out)]
     if not runs:
@@ -143,7 +146,7 @@ def _full_training_verdict(root: Path) -> list[str]:
     planned = "RTE and BoolQ × ring/meshgrid × 3 seeds"
     verdict = main_verdict(rows, complete, fallback=False, planned=planned)
     verdict = verdict if complete else so_far(verdict)
-    reason, tasks = held_back(root)
+    reason, tasks = held
     if reason:  # it leads, since "What we found" reads a verdict's first sentence
         lead, _, rest = verdict.partition("** ")
         if set(tasks) >= set(FULL_TRAINING_GRIDS):
