@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from seedflood.paper.ceiling import held_back, read_ceiling
 from seedflood.paper.document import write_paper_results
 from seedflood.paper.findings import consensus
 from seedflood.paper.verdicts import compare
@@ -188,14 +189,9 @@ def test_the_ceiling_runs_say_whether_a_task_is_learnable_at_all(root: Path) -> 
               task="boolq", rounds=6, local_steps=5, majority_accuracy=0.611)  # fmt: skip
     write_run(root, "paper-main-boolq-long", "seedflood_topology-ring_clients-16_seed-0", 0.58,
               task="boolq", rounds=300, majority_accuracy=0.611)  # fmt: skip
-    grid = "paper-ceiling-long"
     for lr, accuracy in ((0.00125, 0.60), (0.0025, 0.58)):
-        write_run(root, grid, f"boolq_topology-complete_clients-2_seed-0_lr-{lr}", accuracy,
-                  task="boolq", lr=lr, rounds=192, clients=2, topology="complete",
-                  majority_accuracy=0.611, zero_shot=0.601)  # fmt: skip
-    write_run(root, grid, "rte_topology-complete_clients-2_seed-0_lr-0.00125", 0.62,
-              task="rte", lr=0.00125, rounds=192, clients=2, topology="complete",
-              majority_accuracy=0.527, zero_shot=0.495)  # fmt: skip
+        write_ceiling_run(root, "boolq", lr, accuracy)
+    write_ceiling_run(root, "rte", 0.00125, 0.62)
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     section = text[text.index("## 1c.") : text.index("## 2.")]
     assert "| boolq | 0.0025 | 192 | – | 58.0, did not learn | 61.1 | 120 |" in section
@@ -217,11 +213,9 @@ def test_the_ceiling_runs_say_whether_a_task_is_learnable_at_all(root: Path) -> 
     assert "Held back on rte" not in section
     assert f"300 against 30 steps (§1c) | not yet decided | {held[:-1]} |" in text
     # with RTE beyond the model too, nothing is left to decide
-    write_run(root, grid, "rte_topology-complete_clients-2_seed-0_lr-0.0025", 0.50,
-              task="rte", lr=0.0025, rounds=192, clients=2, topology="complete",
-              majority_accuracy=0.527, zero_shot=0.495)  # fmt: skip
-    (root / "results" / grid / "runs" / "rte_topology-complete_clients-2_seed-0_lr-0.00125"
-     / "results.json").unlink()  # fmt: skip
+    write_ceiling_run(root, "rte", 0.0025, 0.50)
+    runs = root / "results" / "paper-ceiling-long" / "runs"
+    (runs / "rte_topology-complete_clients-2_seed-0_lr-0.00125" / "results.json").unlink()
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     held = (
         "Held back on boolq (best 60.0% against 61.1% with 192 steps), rte (best 50.0% against "
@@ -234,3 +228,48 @@ def test_the_ceiling_runs_say_whether_a_task_is_learnable_at_all(root: Path) -> 
     shutil.copy(REPO / "configs" / "paper" / "ceiling-long.yaml", root / "configs" / "paper")
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert f"**Verdict: not yet decided.** {held}" in text
+
+
+def test_a_task_beyond_the_model_takes_its_unmade_runs_out_of_the_plan(root: Path) -> None:
+    """Once every rate of the ceiling grid has run for a task and none learned it, its at-length
+    runs not yet made could not test the claim: the section says they are not planned, and why,
+    instead of listing them as work left; a task still unsettled keeps its list."""
+    for lr in (0.00125, 0.0025):
+        write_ceiling_run(root, "rte", lr, 0.50)
+    write_ceiling_run(root, "boolq", 0.00125, 0.59)
+    ceiling = read_ceiling(root)._replace(unsettled={"boolq"})  # boolq has a rate to run
+    assert held_back(ceiling)[1] == ["rte"]
+    assert held_back(ceiling._replace(unsettled=set()))[1] == ["boolq", "rte"]
+    # in the document (no ceiling grid file: no rate left), with the main grids' files present
+    (root / "configs" / "paper").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")
+    for task in ("rte", "boolq"):
+        shutil.copy(
+            REPO / "configs" / "paper" / f"main-{task}-long.yaml", root / "configs" / "paper"
+        )
+        write_run(root, f"paper-main-{task}-long", "dsgd_topology-ring_clients-16_seed-0", 0.5,
+                  task=task, rounds=6, local_steps=5)  # fmt: skip
+    section = write_paper_results(root, root / "docs" / "results.md").read_text()
+    section = section[section.index("## 1c.") : section.index("## 2.")]
+    assert (
+        "Not planned: 39 of the 39 runs of configs/paper/main-rte-long.yaml, not made. "
+        "Centralized SGD did not learn rte at any rate of the ceiling grid (below)"
+    ) in section
+    assert "Not yet run: 39 of the 39 runs of configs/paper/main-rte-long.yaml" not in section
+    assert "Not planned: 39 of the 39 runs of configs/paper/main-boolq-long.yaml" in section
+    assert "**Verdict: untestable here.** Held back on boolq (best 59.0%" in section
+    # a task the ceiling learned keeps its list of runs to make
+    write_ceiling_run(root, "boolq", 0.0025, 0.70)
+    section = write_paper_results(root, root / "docs" / "results.md").read_text()
+    section = section[section.index("## 1c.") : section.index("## 2.")]
+    assert "Not yet run: 39 of the 39 runs of configs/paper/main-boolq-long.yaml" in section
+    assert "Not planned: 39 of the 39 runs of configs/paper/main-rte-long.yaml" in section
+    assert "**Verdict: untestable here.**" not in section
+
+
+def write_ceiling_run(root: Path, task: str, lr: float, accuracy: float) -> None:
+    """One run of configs/paper/ceiling-long.yaml, with its task's floors (untrained, majority)."""
+    majority, zero_shot = {"rte": (0.527, 0.495), "boolq": (0.611, 0.601)}[task]
+    write_run(root, "paper-ceiling-long", f"{task}_topology-complete_clients-2_seed-0_lr-{lr}",
+              accuracy, task=task, lr=lr, rounds=192, clients=2, topology="complete",
+              majority_accuracy=majority, zero_shot=zero_shot)  # fmt: skip

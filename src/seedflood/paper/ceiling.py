@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 from seedflood.paper.bench import pct, rel
-from seedflood.paper.grids import unfinished
+from seedflood.paper.grids import missing_runs, unfinished
 from seedflood.paper.verdicts import TO_BEAT, learned
 from seedflood.report import Run, present_runs
 
@@ -17,21 +18,30 @@ GRID, OUT = "ceiling-long.yaml", "results/paper-ceiling-long"
 DSGD_STEPS = 30  # the first-order steps of configs/paper/main-{rte,boolq}-long.yaml
 
 
-def ceiling_runs(root: Path) -> tuple[list[Run], list[str]]:
-    """The ceiling grid's finished runs and the lines naming what it still lacks, read once for
-    both the section and the verdict."""
-    return present_runs(root / OUT), unfinished(root, GRID, OUT)
+class Ceiling(NamedTuple):
+    """The ceiling grid as it stands, read once for the section, the verdict and the grids whose
+    runs it makes moot."""
+
+    runs: list[Run]
+    pending: list[str]  # what the grid still lacks, as ``unfinished`` says it
+    unsettled: set[str]  # the tasks with a rate still to run
 
 
-def ceiling_lines(root: Path, runs: list[Run], pending: list[str]) -> list[str]:
+def read_ceiling(root: Path) -> Ceiling:
+    unsettled = {run.config.task for run in missing_runs(root, GRID, OUT)}
+    return Ceiling(present_runs(root / OUT), unfinished(root, GRID, OUT), unsettled)
+
+
+def ceiling_lines(root: Path, ceiling: Ceiling) -> list[str]:
     lines = [
         "Can this model learn these tasks from 1,024 examples at all? Centralized first-order "
         "SGD (two clients averaged exactly after every step, batches of 16), more sequential "
         f"steps than DSGD's {DSGD_STEPS} (configs/paper/{GRID}; its header gives the plan):",
         "",
     ]
+    runs = ceiling.runs
     if not runs:
-        return [*lines, *pending]
+        return [*lines, *ceiling.pending]
     lines += [
         "| task | lr | steps | best validation (%) | test accuracy (%) | to beat (%) | wall s "
         "| source |",
@@ -50,31 +60,31 @@ def ceiling_lines(root: Path, runs: list[Run], pending: list[str]) -> list[str]:
         )
     lines += ["", f"To beat: {TO_BEAT}.", ""]
     lines += [_reading(task, task_runs) for task, task_runs in _by_task(runs).items()]
-    return [*lines, "", *pending]
+    return [*lines, "", *ceiling.pending]
 
 
-def held_back(runs: list[Run], pending: list[str]) -> tuple[str, list[str]]:
-    """The tasks whose claims this model cannot test, for the verdict: those the ceiling runs
-    did not learn at any rate tried, with the sentence that says so ("" while none is known).
-    The tasks are named only once every rate of the grid has run: before, a task not learned at
-    one rate is a reason to hold its claim back, not yet a verdict."""
+def held_back(ceiling: Ceiling) -> tuple[str, list[str]]:
+    """The tasks whose claims this model cannot test: those the ceiling runs did not learn at
+    any rate tried, with the sentence that says so ("" while none is known). A task is named
+    only once every rate of the grid has run for it: before, not learning at one rate is a
+    reason to hold its claim back, not yet a verdict."""
     beyond, tasks = [], []
-    for task, task_runs in _by_task(runs).items():
+    for task, task_runs in _by_task(ceiling.runs).items():
         best = _best(task_runs)
         if not learned(best.results["accuracy"], best.floor):
-            tasks.append(task)
+            tasks += [] if task in ceiling.unsettled else [task]
             beyond.append(
                 f"{task} (best {pct(best.results['accuracy'])}% against {pct(best.floor)}% "
                 f"with {best.results['steps']} steps)"
             )
     if not beyond:
         return "", []
-    them = "them" if len(tasks) > 1 else "it"
+    them = "them" if len(beyond) > 1 else "it"
     sentence = (
         f"Held back on {', '.join(beyond)}: centralized SGD with more steps did not learn {them} "
         "either at the rates tried, so with this model the claim cannot be tested there."
     )
-    return sentence, [] if pending else tasks
+    return sentence, tasks
 
 
 def _by_task(runs: list[Run]) -> dict[str, list[Run]]:

@@ -37,6 +37,15 @@ def not_yet_run(grid: str, out: str) -> list[str]:
     return [lead, "", "```bash", compare_command(grid, out), "```", ""]
 
 
+def missing_runs(root: Path, grid: str, out: str) -> list[PlannedRun]:
+    """The grid's planned runs without results under its exact config and data; none when its
+    file is absent (a results tree without its configs)."""
+    path = root / "configs" / "paper" / grid
+    if not path.is_file():
+        return []
+    return [run for run in plan(path) if run.finished_results(root / out) is None]
+
+
 def unfinished(root: Path, grid: str, out: str) -> list[str]:
     """The grid's runs without results, by variant, and the command that runs them; nothing
     when the grid is complete or its file is absent (a results tree without its configs)."""

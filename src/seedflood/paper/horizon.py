@@ -22,10 +22,17 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from seedflood.files import read_jsonl
+from seedflood.grid import plan
 from seedflood.paper.bench import link, pct, rel
-from seedflood.paper.ceiling import ceiling_lines, ceiling_runs, held_back
+from seedflood.paper.ceiling import ceiling_lines, held_back, read_ceiling
 from seedflood.paper.decisive import Pair, decisive_lines
-from seedflood.paper.grids import compare_command, in_progress, not_yet_run, unfinished
+from seedflood.paper.grids import (
+    compare_command,
+    in_progress,
+    missing_runs,
+    not_yet_run,
+    unfinished,
+)
 from seedflood.paper.tuning import horizon_tuning_section, stopped_at
 from seedflood.paper.verdicts import (
     TO_BEAT,
@@ -108,19 +115,37 @@ def _full_training_sets(root: Path, out: Path) -> list[str]:
         "validation split, see the data's README); each grid file's header gives its plan.",
         "",
     ]
+    ceiling = read_ceiling(root)
+    held = held_back(ceiling)
     for task, grid in FULL_TRAINING_GRIDS.items():
         lines += [f"{task} (configs/paper/{grid}):", ""]
         results = f"results/paper-main-{task}-long"
         runs, running = present_runs(root / results), in_progress(root, grid, results)
-        lines += _grid_state(root, grid, results, runs)
+        if task in held[1]:
+            lines += [*(_runs_table(runs, root) if runs else []), *_moot(root, grid, results, task)]
+        else:
+            lines += _grid_state(root, grid, results, runs)
         if runs or running:
             image = out.parent / "img" / f"results_{task}_long.png"
             _plot_curves(runs, running, image, "running")
             alt = f"{task}: validation accuracy against steps, bytes and seconds"
             lines += [f"![{alt}]({link(image, out)})", ""]
-    ceiling, pending = ceiling_runs(root)
-    verdict = _full_training_verdict(root, held_back(ceiling, pending))
-    return lines + ceiling_lines(root, ceiling, pending) + verdict
+    return lines + ceiling_lines(root, ceiling) + _full_training_verdict(root, held)
+
+
+def _moot(root: Path, grid: str, out: str, task: str) -> list[str]:
+    """In place of the runs a grid lacks, for a task its ceiling runs did not learn: they could
+    not test the claim, so they leave the plan, and the line says why and how to make them."""
+    missing = len(missing_runs(root, grid, out))
+    if not missing:
+        return []
+    planned = len(plan(root / "configs" / "paper" / grid))
+    return [
+        f"Not planned: {missing} of the {planned} runs of configs/paper/{grid}, not made. "
+        f"Centralized SGD did not learn {task} at any rate of the ceiling grid (below), so they "
+        f"could not test the claim (`{compare_command(grid, out)}` still makes them).",
+        "",
+    ]
 
 
 def _full_training_verdict(root: Path, held: tuple[str, list[str]]) -> list[str]:
