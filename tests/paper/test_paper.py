@@ -17,6 +17,8 @@ from seedflood.paper.grids import in_progress
 from seedflood.paper.setting import device_note, portable_note
 from seedflood.report import Run
 from seedflood.sim.ledger import LAST_ROUND
+from seedflood.sim.scalar_ledger import FORMAT as SCALARS_FORMAT
+from seedflood.sim.scalar_ledger import SCALARS
 from tests.paper.fabricate import REPO, write_pipeline_runs, write_run
 
 HEADINGS = ("## 1. Main", "## 2. Scaling", "## 3. SubCGE", "## 4. Flooding hops", "## 5.", "## 6.")
@@ -199,8 +201,9 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
     on_gpu = planned[3]
     config = on_gpu.config.model_dump(mode="json")
     write_run(root, "paper-subcge", on_gpu.name, 0.7, wall_seconds=90, device="cuda", **config)
-    # a run part-way through says how far its committed ledger got; one whose ledger was made
-    # under another config, or on other data, says nothing, as compare would start it again
+    # a run part-way through says how far its committed ledger got (SeedFlood's manifest and a
+    # zeroth-order gossip run's scalar ledger each say what it runs under); one whose ledger was
+    # made under another config, or on other data, says nothing, as compare would start it again
     sizes = planned[4].config
     now = {"train": sizes.n_train, "val": sizes.n_val, "test": sizes.n_test, "sha256": "a" * 64}
     monkeypatch.setattr(grid, "data_identity", lambda _config: now)
@@ -213,7 +216,11 @@ def test_a_partial_grid_names_its_missing_runs_and_the_command(
         directory = root / "results" / "paper-subcge" / "runs" / run.name
         directory.mkdir(parents=True)
         config = {**run.config.model_dump(mode="json"), "lr": lr}
-        (directory / "manifest.json").write_text(json.dumps({"config": config, "data": data}))
+        if run is planned[4]:  # the record a scalar ledger's first line holds
+            record = {"format": SCALARS_FORMAT, "config": config, "data": data, "base_hash": ""}
+            (directory / SCALARS).write_text(json.dumps(record) + "\n[0.5]\n")
+        else:
+            (directory / "manifest.json").write_text(json.dumps({"config": config, "data": data}))
         history = [{"round": 0, "accuracy": 0.5}, {"round": 20, "accuracy": 0.665}]
         history = history[:1] if run is planned[7] else history  # before its first evaluation
         (directory / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))

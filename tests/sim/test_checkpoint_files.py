@@ -33,6 +33,7 @@ from seedflood.sim.checkpoint import (
     CheckpointDamaged,
     CheckpointError,
     Progress,
+    checkpoint_round,
     load_checkpoint,
     save_checkpoint,
 )
@@ -170,6 +171,22 @@ def test_a_damaged_checkpoint_is_refused_before_it_touches_the_build(
     assert torch.equal(fresh.x, built) and not torch.equal(built, algorithm.x)
     with pytest.raises(CheckpointDamaged, match="delete it to resume"):
         run(dsgd, tmp_path, resume=True)
+
+
+def test_a_checkpoints_round_is_read_without_reading_it_whole(tmp_path: Path) -> None:
+    """What chooses between a checkpoint and a ledger: the round, or None for a file that says
+    none (cut short, not sealed, or sealed without one)."""
+    path = tmp_path / CHECKPOINT_NAME
+    save_sealed(path, {"progress": {"round": 6}, "model": {"w": torch.zeros(4096)}})
+    assert checkpoint_round(path) == 6
+    os.truncate(path, path.stat().st_size // 2)
+    assert checkpoint_round(path) is None
+    for content in ({"progress": {"round": "6"}}, {"model": {}}):
+        save_sealed(path, content)
+        assert checkpoint_round(path) is None
+    path.write_bytes(b"not a checkpoint")
+    assert checkpoint_round(path) is None
+    assert checkpoint_round(tmp_path / "absent.pt") is None
 
 
 class Killed(Exception):

@@ -27,7 +27,7 @@ from seedflood.sim.checkpoint import (
     KILL_ROUND_VARIABLE,
     CheckpointError,
 )
-from seedflood.sim.ledger import IN_FLIGHT, LAST_ROUND, resume_from_ledger
+from seedflood.sim.ledger import IN_FLIGHT, LAST_ROUND, ledger_ahead, resume_from_ledger
 from seedflood.sim.replay import replay
 from seedflood.sim.runner import build, run
 from tests.forked import seedflood_in_child
@@ -230,6 +230,8 @@ def test_seeds_beyond_63_bits_are_refused_by_name(data_dir, tmp_path) -> None:
         (("clients=8", "hops=1"), "6", "round", (CHECKPOINT_NAME,), 5),
         # killed after round 6's history, before its checkpoint and round file: history's round
         (("clients=8", "hops=1"), "6", "history", (CHECKPOINT_NAME,), 6),
+        # the same with round 3's checkpoint kept: the ledger, at history's round, is preferred
+        (("clients=8", "hops=1"), "6", "history", (), 6),
         # ledger_round.json lost (or a ledger written before it existed): the last evaluation
         (("clients=8", "hops=1"), "8", "round", (CHECKPOINT_NAME, LAST_ROUND), 6),
     ],
@@ -274,6 +276,23 @@ def test_a_killed_run_resumes_from_its_ledger(
 def resume_from(out: Path, run_config):
     exp = build(run_config)
     return resume_from_ledger(out, run_config, exp.algorithm, exp.data_identity)
+
+
+def test_the_ledger_is_taken_over_a_checkpoint_only_where_it_reaches_further(tmp_path) -> None:
+    """It reaches the later of its round file and history's last evaluation (written before the
+    checkpoint): a checkpoint as far along is read instead, and one whose round is unknown is
+    left for loading to refuse."""
+    (tmp_path / "history.jsonl").write_text('{"round": 0}\n{"round": 6}\n')
+    assert not ledger_ahead(tmp_path, 3)  # no round file: no ledger to take
+    (tmp_path / LAST_ROUND).write_text('{"round": 5, "train_seconds": 1, "wall_seconds": 2}')
+    assert [ledger_ahead(tmp_path, done) for done in (3, 5, 6, None)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    (tmp_path / LAST_ROUND).write_text('{"round": 8, "train_seconds": 1, "wall_seconds": 2}')
+    assert [ledger_ahead(tmp_path, done) for done in (6, 8)] == [True, False]
 
 
 def test_a_ledger_made_on_other_data_is_refused(data_dir, tmp_path, one_thread) -> None:

@@ -99,10 +99,11 @@ class Killed(Exception):
 def test_a_resumed_run_shows_each_round_once(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed after round 6's evaluation was written but before its checkpoint, the run resumes
-    from round 3's and writes round 6 again: the files hold it twice, TensorBoard shows it
-    once, with the resumed run's values."""
-    config = tiny_config(data_dir, "rounds=9")
+    """Killed after round 6's evaluation was written but before its checkpoint, a run whose
+    checkpoint is its only state (first-order gossip keeps no ledger) resumes from round 3's and
+    writes round 6 again: the files hold it twice, TensorBoard shows it once, with the resumed
+    run's values."""
+    config = tiny_config(data_dir, "rounds=9", "method=dsgd")
 
     def kill_after_history(_requested: object, done: int, point: str) -> None:
         if (done, point) == (6, "history"):

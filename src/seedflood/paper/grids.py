@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from seedflood.config import RunConfig
 from seedflood.files import read_jsonl
 from seedflood.grid import PlannedRun, plan, same_data
-from seedflood.protocol.ledger import MANIFEST
 from seedflood.sim.checkpoint import CheckpointError
 from seedflood.sim.ledger import last_round
+from seedflood.sim.run_ledgers import ledger_origin
 
 
 def compare_command(grid: str, out: str) -> str:
@@ -125,14 +125,13 @@ class _Ledger(NamedTuple):
 
 
 def _ledger(run: PlannedRun, out: Path) -> _Ledger | None:
-    """A part-way run's committed ledger, where its manifest says it runs under this grid's
-    config and data; else None."""
+    """A part-way run's committed ledger, where it says it was made under this grid's config and
+    data (SeedFlood's manifest, a zeroth-order gossip run's scalar ledger); else None."""
     directory = run.directory(out)
-    manifest, history = directory / MANIFEST, directory / "history.jsonl"
-    if not (manifest.is_file() and history.is_file()):
+    written, history = ledger_origin(directory), directory / "history.jsonl"
+    if written is None or not history.is_file():
         return None
     try:
-        written = json.loads(manifest.read_text())
         stored = RunConfig(**written["config"])
         evaluations = read_jsonl(history)
         evaluated = [h for h in evaluations if h["round"] > 0]

@@ -38,7 +38,13 @@ from seedflood import __version__
 from seedflood.algorithms.common import Algorithm
 from seedflood.config import ConfigError, RunConfig
 from seedflood.learning.scoring import TokenizedExample
-from seedflood.learning.sealed import DamagedFileError, SealedFileError, load_sealed, save_sealed
+from seedflood.learning.sealed import (
+    DamagedFileError,
+    SealedFileError,
+    load_sealed,
+    peek_sealed,
+    save_sealed,
+)
 from seedflood.sim.plain_state import Decoder, Encoder, PlainStateError, Token
 from seedflood.zo import DenseDirection, SubCGEDirection
 
@@ -206,6 +212,17 @@ def _read(path: str | os.PathLike) -> dict[str, Any]:
     if state.get("format") != FORMAT or not state.keys() >= FIELDS:
         raise CheckpointError(f"{path} is not a format-{FORMAT} seedflood checkpoint")
     return state
+
+
+def checkpoint_round(path: str | os.PathLike) -> int | None:
+    """The round the checkpoint at ``path`` was written after, read without its checksum, or
+    None where it says none: to choose between it and a ledger that may reach further (history
+    is written before the checkpoint, so a kill between them leaves an older one), never to
+    resume from."""
+    content = peek_sealed(path)
+    progress = content.get("progress") if content is not None else None
+    done = progress.get("round") if isinstance(progress, dict) else None
+    return done if type(done) is int else None
 
 
 def _check_model(path: str | os.PathLike, state: dict[str, Any], model: nn.Module) -> None:

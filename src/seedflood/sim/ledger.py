@@ -230,16 +230,20 @@ def last_round(out: Path) -> dict[str, Any] | None:
     return point
 
 
-def ledger_ahead(out: Path) -> bool:
+def ledger_ahead(out: Path, checkpoint: int | None) -> bool:
     """Whether the ledger in ``out`` (SeedFlood's or a zeroth-order gossip run's, where it can
-    be replayed) has logged a round beyond history.jsonl's last evaluation, where any
-    checkpoint was written: resuming from it then loses less."""
+    be replayed) reaches a round beyond ``checkpoint``, the checkpoint's (None, unreadable, is
+    left for loading it to refuse): resuming from the ledger then loses less. It reaches the
+    later of the last round it logged whole and history.jsonl's last evaluation, written after
+    its round is logged and before the checkpoint: a run killed between the two keeps an older
+    checkpoint."""
     logged = last_round(out)
     history_file = out / "history.jsonl"
     if logged is None or not history_file.is_file():
         return False
     history = read_jsonl(history_file)
-    return bool(history) and logged["round"] > history[-1]["round"]
+    reach = max(logged["round"], history[-1]["round"]) if history else logged["round"]
+    return checkpoint is not None and reach > checkpoint
 
 
 def _made(out: Path, clients: int) -> dict[int, list[Message]]:

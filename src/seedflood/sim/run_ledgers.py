@@ -4,11 +4,14 @@ is its checkpoint alone). The run loop asks here and never names a method."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from seedflood.algorithms.common import Algorithm
 from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
+from seedflood.protocol.ledger import MANIFEST
 from seedflood.sim import ledger, scalar_ledger
 from seedflood.sim.ledger import LedgerPoint, RunLedger
 from seedflood.sim.scalar_ledger import ScalarLedger, logs_scalars
@@ -52,3 +55,13 @@ def open_ledger(
     if logs_scalars(algorithm):
         return ScalarLedger(out, config, algorithm, base, data, done)
     return None
+
+
+def ledger_origin(out: Path) -> dict[str, Any] | None:
+    """What the ledger of a part-way run in ``out`` was made under (its ``config`` and ``data``):
+    SeedFlood's manifest or a scalar ledger's first line; None where neither can be read."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return scalar_ledger.header(out)
+    return manifest if isinstance(manifest, dict) else None

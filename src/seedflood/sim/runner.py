@@ -37,6 +37,7 @@ from seedflood.sim.checkpoint import (
     CheckpointDamaged,
     Progress,
     checkpoint_path,
+    checkpoint_round,
     checkpoints_wanted,
     kill_point,
     load_checkpoint,
@@ -220,13 +221,18 @@ def _fresh_or_resumed(
     exp: Experiment, saved_at: Path, base: str, resume: bool, report: ProgressCallback
 ) -> Progress:
     """Where the loop starts: with ``resume``, the checkpoint's state (the algorithm restored in
-    place), or else, and before it where the ledger logged rounds after the checkpoint's
-    evaluation, the last round the ledger reaches (rounds replayed into the algorithm);
+    place), or else, and before it where the ledger reaches a later round than the checkpoint,
+    the last round the ledger reaches (rounds replayed into the algorithm);
     otherwise round 0. The untrained model is scored first either way (once per machine for
     each starting model and test set: see accuracy_cache)."""
     damaged: CheckpointDamaged | None = None
-    ahead = resume and replayable(exp.algorithm) and ledger_ahead(saved_at.parent)
-    if resume and saved_at.is_file() and not ahead:
+    saved = resume and saved_at.is_file()
+    ahead = (
+        saved
+        and replayable(exp.algorithm)
+        and ledger_ahead(saved_at.parent, checkpoint_round(saved_at))
+    )
+    if saved and not ahead:
         try:
             state = load_checkpoint(saved_at, exp.config, exp.algorithm, exp.data_identity)
         except CheckpointDamaged as error:

@@ -118,19 +118,35 @@ def _rounds(path: Path, per_round: int) -> list[list[float]]:
     return rounds
 
 
+def _read_header(path: Path) -> dict[str, Any]:
+    """The ledger's first line; ValueError where it is not a format-``FORMAT`` header."""
+    with path.open() as file:
+        header = json.loads(file.readline(LINE_LIMIT))
+    fields = {"format", "config", "data", "base_hash"}
+    if not (isinstance(header, dict) and header.keys() >= fields and header["format"] == FORMAT):
+        raise ValueError(f"{path} has no ledger header")
+    return header
+
+
+def header(out: Path) -> dict[str, Any] | None:
+    """The config and data the scalar ledger in ``out`` was made under, or None where it has
+    none that can be read."""
+    try:
+        return _read_header(out / SCALARS)
+    except (OSError, ValueError):
+        return None
+
+
 def _check_header(path: Path, config: RunConfig, base: str, data: dict[str, int | str]) -> None:
     """Refuse a ledger made under another config, on other examples or from another start."""
     try:
-        with path.open() as file:
-            header = json.loads(file.readline(LINE_LIMIT))
-        written, recorded, hashed = header["config"], header["data"], header["base_hash"]
-        if header["format"] != FORMAT:
-            raise ValueError
-    except (OSError, ValueError, KeyError, TypeError):
+        found = _read_header(path)
+    except (OSError, ValueError):
         raise CheckpointError(
             f"{path}'s first line is not a format-{FORMAT} ledger header (config, data, "
             "base_hash): run it again without --resume"
         ) from None
+    written, recorded, hashed = found["config"], found["data"], found["base_hash"]
     check_origin(f"the ledger {path}", written, recorded, config, data)
     if hashed != base:
         raise CheckpointError(
