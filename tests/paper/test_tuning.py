@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from seedflood.config import ConfigError
-from seedflood.grid import plan
+from seedflood.grid import data_identity, plan
 from seedflood.paper.document import write_paper_results
-from seedflood.paper.tuning import LONG, tuned_rates
+from seedflood.paper.tuning import LONG, SHORT, tuned_rates
+from seedflood.sim.ledger import LAST_ROUND
+from seedflood.sim.scalar_ledger import FORMAT as SCALARS_FORMAT
+from seedflood.sim.scalar_ledger import SCALARS
 from tests.paper.fabricate import REPO, write_run, write_tuning_run
 
 
@@ -38,10 +41,26 @@ def test_the_tuned_rate_is_the_best_validation_point_and_mismatches_are_named(ro
     (root / "configs" / "paper").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "quickstart.yaml", root / "configs")
     shutil.copy(REPO / "configs" / "paper" / "tune-sst2.yaml", root / "configs" / "paper")
+    # a rate part-way through says how far its committed scalar ledger got
+    part_way = next(
+        run
+        for run in plan(root / "configs" / "paper" / "tune-sst2.yaml")
+        if (run.config.name, run.config.lr) == ("dzsgd-lora", 0.005)
+    )
+    directory = part_way.directory(root / SHORT.out)
+    directory.mkdir(parents=True)
+    record = {"config": part_way.config.model_dump(mode="json"), "base_hash": ""}
+    record |= {"format": SCALARS_FORMAT, "data": data_identity(part_way.config)}
+    (directory / SCALARS).write_text(json.dumps(record) + "\n")
+    (directory / "history.jsonl").write_text('{"round": 0, "accuracy": 0.5}\n')
+    (directory / LAST_ROUND).write_text('{"round": 12, "train_seconds": 1, "wall_seconds": 2}')
     text = write_paper_results(root, root / "docs" / "results.md").read_text()
     assert "Not yet run: choco at lr 0.001, 0.002, 0.005, 0.01; choco-lora at lr 0.2; " in text
     assert "dsgd at lr 0.002, 0.01; dsgd-lora at lr 0.05, 0.2, 1; " in text
-    assert "; dzsgd-lora at lr 0.0005, 0.005, 0.05 (`seedflood compare" in text
+    assert (
+        f"; dzsgd-lora at lr 0.0005, 0.005 (round 12 of {part_way.config.rounds} so far), 0.05 "
+        "(`seedflood compare"
+    ) in text
     assert "--only choco,choco-lora,dsgd,dsgd-lora,dzsgd,dzsgd-lora` runs them" in text
     # DSGD's search now has points to run, so its rate counts as hand-set until they have
     assert "searched in part, at a hand-set rate: dsgd (lr 0.01); dzsgd (lr 0.01)." in text

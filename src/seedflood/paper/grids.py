@@ -65,7 +65,7 @@ def unfinished(root: Path, grid: str, out: str) -> list[str]:
         else:
             other_data += results is not None
             name = run.name.removeprefix(variant).strip("_")
-            missing[variant].append(name + _so_far(run, root / out))
+            missing[variant].append(name + so_far(run, root / out))
     if not missing:
         return []
     count = sum(len(names) for names in missing.values())
@@ -143,7 +143,7 @@ def _ledger(run: PlannedRun, out: Path) -> _Ledger | None:
     return _Ledger(evaluations, evaluated, logged)
 
 
-def _so_far(run: PlannedRun, out: Path) -> str:
+def so_far(run: PlannedRun, out: Path) -> str:
     """ " (round R of N so far: validation V%)" for a run part-way through (``_ledger``), else
     ""; R is the last round its ledger logged whole, with the round of V where that is earlier
     (and no V before the first)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from seedflood.grid import plan
 from seedflood.paper.bench import pct, rel
+from seedflood.paper.grids import so_far
 from seedflood.report import Run, present_runs
 
 
@@ -97,24 +98,25 @@ def bracketed(points: list[GridPoint]) -> bool:
 
 def _missing_points(
     root: Path, grids: dict[tuple[str, str], list[GridPoint]], search: Search = SHORT
-) -> dict[str, list[float]]:
-    """method → the search grid's rates with no run yet (empty without the grid file)."""
+) -> dict[str, list[str]]:
+    """method → the search grid's rates with no run yet, each with how far it got where it is
+    part-way through (empty without the grid file)."""
     grid = root / search.grid
     if not grid.is_file():
         return {}
     done = {(method, p.lr) for (_, method), points in grids.items() for p in points}
-    missing: dict[str, list[float]] = defaultdict(list)
+    missing: dict[str, list[str]] = defaultdict(list)
     for run in plan(grid):
         if (run.config.name, run.config.lr) not in done:
-            missing[run.config.name].append(run.config.lr)
+            missing[run.config.name].append(f"{run.config.lr:g}{so_far(run, root / search.out)}")
     return dict(missing)
 
 
-def _not_yet_run(missing: dict[str, list[float]], search: Search = SHORT) -> list[str]:
+def _not_yet_run(missing: dict[str, list[str]], search: Search = SHORT) -> list[str]:
     if not missing:
         return []
     methods = sorted(missing)
-    listed = "; ".join(f"{m} at lr {', '.join(f'{lr:g}' for lr in missing[m])}" for m in methods)
+    listed = "; ".join(f"{m} at lr {', '.join(missing[m])}" for m in methods)
     command = f"seedflood compare {search.grid} --out {search.out} --only {','.join(methods)}"
     return [f"Not yet run: {listed} (`{command}` runs them and skips the rest).", ""]
 
@@ -193,7 +195,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
 def unsearched(
     main_runs: list[Run],
     grids: dict[tuple[str, str], list[GridPoint]],
-    missing: dict[str, list[float]],
+    missing: dict[str, list[str]],
 ) -> set[str]:
     """Main-table methods whose search has not run, or not every point of it."""
     searched = {method for _, method in grids} - set(missing)
