@@ -77,6 +77,9 @@ def run(
             if record["event"] == "zero_shot":
                 log.info("zero-shot test accuracy: %.4f", record["test_accuracy"])
                 return
+            if record["event"] == "replay":
+                bar.update(task, completed=done, status=_replay_text(done, record))
+                return
             status = f"loss {record['train_loss']:.4f}  val acc {record['accuracy']:.3f}"
             bar.update(task, completed=done, status=status)
             if record["event"] == "evaluation":
@@ -111,6 +114,14 @@ def run(
 
 app.command()(peer)
 app.command()(launch)
+
+
+REPLAY_LOG_EVERY = 10
+"""Rounds between a lane's log lines while it replays its ledger, which takes minutes."""
+
+
+def _replay_text(done: int, record: dict[str, Any]) -> str:
+    return f"replaying the ledger: round {done} of {record['total']} (no forward pass)"
 
 
 def _evaluation_text(done: int, record: dict[str, Any]) -> str:
@@ -178,6 +189,10 @@ def compare(
                 ) -> None:
                     if record["event"] == "note":
                         log.info("%s: %s", name, record["text"])
+                    if record["event"] == "replay":
+                        bar.update(rounds, completed=done, status=_replay_text(done, record))
+                        if done == 1 or done % REPLAY_LOG_EVERY == 0:  # a lane's log: its progress
+                            log.info("%s: %s", name, _replay_text(done, record))
                     if record["event"] == "evaluation":
                         # A lane's log file shows no bar: these lines are its progress.
                         log.info("%s: %s", name, _evaluation_text(done, record))

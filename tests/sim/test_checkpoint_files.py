@@ -219,12 +219,18 @@ def test_a_damaged_checkpoint_gives_way_to_the_ledger(
     (cut / LAST_ROUND).unlink()
 
     notes: list[str] = []
-    resumed = run(
-        seedflood, cut, lambda _done, record: notes.append(record.get("text", "")), resume=True
-    )
+    replays: list[tuple[int, int]] = []
+
+    def watch(done: int, record: dict[str, Any]) -> None:
+        notes.append(record.get("text", ""))
+        if record["event"] == "replay":
+            replays.append((done, record["total"]))
+
+    resumed = run(seedflood, cut, watch, resume=True)
     assert any(
         "is damaged: checksum" in n and "resumed from the ledger at round 3" in n for n in notes
     )
+    assert replays == [(1, 3), (2, 3), (3, 3)]
     assert resumed["state_hash"] == whole["state_hash"]
     timing = {"wall_seconds", "train_seconds", "peak_rss_mb", "peak_device_mb"}
     assert {k: v for k, v in json.loads(json.dumps(resumed)).items() if k not in timing} == {

@@ -99,6 +99,16 @@ def test_a_ledger_of_another_config_or_start_or_a_damaged_one_is_refused_by_name
 
     # A last line cut short by a kill is dropped: the run resumes from the rounds before it, at
     # the last evaluation they reach (round 3), as ledger_round.json names a round beyond them.
+    # Each round replayed is told, with how many there are: a long replay takes minutes.
     path.write_text(header + "".join(rounds[:3]) + rounds[3][:7])
-    point = resume_from_scalars(tmp_path, config, build(config).algorithm, base, exp.data_identity)
+    replayed: list[tuple[int, int]] = []
+    point = resume_from_scalars(
+        tmp_path,
+        config,
+        build(config).algorithm,
+        base,
+        exp.data_identity,
+        lambda done, total: replayed.append((done, total)),
+    )
     assert point is not None and point.round == 3
+    assert replayed == [(1, 3), (2, 3), (3, 3)]

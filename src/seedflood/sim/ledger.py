@@ -15,6 +15,7 @@ killed and resumed run logs what an uninterrupted one does.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +42,15 @@ ends."""
 
 
 TIMES = ("train_seconds", "wall_seconds")
+
+
+Replayed = Callable[[int, int], None]
+"""Told the rounds replayed so far and how many a resume replays: a long run's replay takes
+minutes, and whoever waits should see it move."""
+
+
+def no_replay_report(_done: int, _total: int) -> None:
+    """Where nobody watches the replay."""
 
 
 class LedgerPoint(NamedTuple):
@@ -127,14 +137,19 @@ def mark_round(out: Path, done: int, train_seconds: float, wall_seconds: float) 
 
 
 def resume_from_ledger(
-    out: Path, config: RunConfig, algorithm: SeedFlood, data: dict[str, int | str]
+    out: Path,
+    config: RunConfig,
+    algorithm: SeedFlood,
+    data: dict[str, int | str],
+    replayed: Replayed = no_replay_report,
 ) -> LedgerPoint | None:
     """Replay into the freshly built ``algorithm`` the rounds up to the last one the log and the
     in-flight file in ``out`` hold whole and ledger_round.json or history.jsonl timed (the later
     of the two); where it stands then, or None where the run cannot be resumed this way (no
     round beyond 0, or links that lose messages, whose repair the files do not record). A
     ledger made under another config, or on other examples than ``data`` identifies, is
-    refused: replayed, it would pass a model trained on them off as this run's."""
+    refused: replayed, it would pass a model trained on them off as this run's. ``replayed`` is
+    told each round replayed, and how many there are."""
     history_file = out / "history.jsonl"
     if not (history_file.is_file() and (out / LOG).is_file()) or not replayable(algorithm):
         return None
@@ -168,6 +183,7 @@ def resume_from_ledger(
             round_index,
             [m for step in range(first, first + config.steps_per_round) for m in made[step]],
         )
+        replayed(round_index + 1, point.round)
     algorithm.take_committed()  # logged already; RunLedger cuts the log back to these rounds
     return point
 

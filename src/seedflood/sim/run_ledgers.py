@@ -13,7 +13,7 @@ from seedflood.algorithms.seedflood import SeedFlood
 from seedflood.config import RunConfig
 from seedflood.protocol.ledger import MANIFEST
 from seedflood.sim import ledger, scalar_ledger
-from seedflood.sim.ledger import LedgerPoint, RunLedger
+from seedflood.sim.ledger import LedgerPoint, Replayed, RunLedger, no_replay_report
 from seedflood.sim.scalar_ledger import ScalarLedger, logs_scalars
 
 Data = dict[str, int | str]
@@ -35,14 +35,19 @@ def untrained_hash(algorithm: Algorithm) -> str:
 
 
 def resume_from_ledgers(
-    algorithm: Algorithm, out: Path, config: RunConfig, base: str, data: Data
+    algorithm: Algorithm,
+    out: Path,
+    config: RunConfig,
+    base: str,
+    data: Data,
+    replayed: Replayed = no_replay_report,
 ) -> LedgerPoint | None:
-    """Where the run's ledger in ``out`` resumes it, its rounds replayed into ``algorithm``; None
-    where it keeps none or there is nothing to resume."""
+    """Where the run's ledger in ``out`` resumes it, its rounds replayed into ``algorithm``
+    (``replayed`` told of each); None where it keeps none or there is nothing to resume."""
     if isinstance(algorithm, SeedFlood):
-        return ledger.resume_from_ledger(out, config, algorithm, data)
+        return ledger.resume_from_ledger(out, config, algorithm, data, replayed)
     if logs_scalars(algorithm):
-        return scalar_ledger.resume_from_scalars(out, config, algorithm, base, data)
+        return scalar_ledger.resume_from_scalars(out, config, algorithm, base, data, replayed)
     return None
 
 

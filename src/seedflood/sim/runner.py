@@ -248,7 +248,14 @@ def _fresh_or_resumed(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
     point = (
-        resume_from_ledgers(exp.algorithm, saved_at.parent, exp.config, base, exp.data_identity)
+        resume_from_ledgers(
+            exp.algorithm,
+            saved_at.parent,
+            exp.config,
+            base,
+            exp.data_identity,
+            lambda done, total: report(done, {"event": "replay", "total": total}),
+        )
         if resume
         else None
     )

@@ -24,7 +24,14 @@ from seedflood.config import RunConfig
 from seedflood.files import atomic_write_text, read_jsonl
 from seedflood.learning.models import state_hash
 from seedflood.sim.checkpoint import CheckpointError
-from seedflood.sim.ledger import LAST_ROUND, LedgerPoint, check_origin, resume_point
+from seedflood.sim.ledger import (
+    LAST_ROUND,
+    LedgerPoint,
+    Replayed,
+    check_origin,
+    no_replay_report,
+    resume_point,
+)
 
 SCALARS = "scalars.jsonl"
 FORMAT = 1
@@ -156,11 +163,17 @@ def _check_header(path: Path, config: RunConfig, base: str, data: dict[str, int 
 
 
 def resume_from_scalars(
-    out: Path, config: RunConfig, algorithm: Gossip, base: str, data: dict[str, int | str]
+    out: Path,
+    config: RunConfig,
+    algorithm: Gossip,
+    base: str,
+    data: dict[str, int | str],
+    replayed: Replayed = no_replay_report,
 ) -> LedgerPoint | None:
     """Replay into the freshly built ``algorithm`` the rounds up to the later of history.jsonl's
     last evaluation and ledger_round.json that the ledger holds whole; where it stands then, or
-    None where there is nothing to resume from (no ledger, or no round beyond 0)."""
+    None where there is nothing to resume from (no ledger, or no round beyond 0). ``replayed`` is
+    told each round replayed, and how many there are."""
     path, history_file = out / SCALARS, out / "history.jsonl"
     if not (path.is_file() and history_file.is_file()):
         return None
@@ -179,4 +192,5 @@ def resume_from_scalars(
         )
     for round_index in range(point.round):
         algorithm.replay_round(round_index, rounds[round_index])
+        replayed(round_index + 1, point.round)
     return point
