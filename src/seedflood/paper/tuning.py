@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from seedflood.grid import plan
+from seedflood.grid import PlannedRun, plan
 from seedflood.paper.bench import pct, rel
 from seedflood.paper.grids import so_far
 from seedflood.report import Run, present_runs
@@ -98,25 +98,31 @@ def bracketed(points: list[GridPoint]) -> bool:
 
 def _missing_points(
     root: Path, grids: dict[tuple[str, str], list[GridPoint]], search: Search = SHORT
-) -> dict[str, list[str]]:
-    """method → the search grid's rates with no run yet, each with how far it got where it is
-    part-way through (empty without the grid file)."""
+) -> dict[str, list[PlannedRun]]:
+    """method → the search grid's runs with no results yet (empty without the grid file)."""
     grid = root / search.grid
     if not grid.is_file():
         return {}
     done = {(method, p.lr) for (_, method), points in grids.items() for p in points}
-    missing: dict[str, list[str]] = defaultdict(list)
+    missing: dict[str, list[PlannedRun]] = defaultdict(list)
     for run in plan(grid):
         if (run.config.name, run.config.lr) not in done:
-            missing[run.config.name].append(f"{run.config.lr:g}{so_far(run, root / search.out)}")
+            missing[run.config.name].append(run)
     return dict(missing)
 
 
-def _not_yet_run(missing: dict[str, list[str]], search: Search = SHORT) -> list[str]:
+def _not_yet_run(
+    root: Path, missing: dict[str, list[PlannedRun]], search: Search = SHORT
+) -> list[str]:
+    """The missing rates by method, each with how far it got where it is part-way through."""
     if not missing:
         return []
     methods = sorted(missing)
-    listed = "; ".join(f"{m} at lr {', '.join(missing[m])}" for m in methods)
+    rates = {
+        method: ", ".join(f"{run.config.lr:g}{so_far(run, root / search.out)}" for run in runs)
+        for method, runs in missing.items()
+    }
+    listed = "; ".join(f"{m} at lr {rates[m]}" for m in methods)
     command = f"seedflood compare {search.grid} --out {search.out} --only {','.join(methods)}"
     return [f"Not yet run: {listed} (`{command}` runs them and skips the rest).", ""]
 
@@ -164,7 +170,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
         *_grid_rows(grids),
     ]
     missing = _missing_points(root, grids)
-    lines += _not_yet_run(missing)
+    lines += _not_yet_run(root, missing)
     rates = _picks(grids, "sst2")
     untuned = sorted(
         {
@@ -195,7 +201,7 @@ def tuning_section(root: Path, main_runs: list[Run]) -> list[str]:
 def unsearched(
     main_runs: list[Run],
     grids: dict[tuple[str, str], list[GridPoint]],
-    missing: dict[str, list[str]],
+    missing: dict[str, list[PlannedRun]],
 ) -> set[str]:
     """Main-table methods whose search has not run, or not every point of it."""
     searched = {method for _, method in grids} - set(missing)
@@ -235,4 +241,4 @@ def horizon_tuning_section(root: Path) -> list[str]:
         "",
         *_grid_rows(grids),
     ]
-    return [*lines, *_not_yet_run(_missing_points(root, grids, LONG), LONG)]
+    return [*lines, *_not_yet_run(root, _missing_points(root, grids, LONG), LONG)]
