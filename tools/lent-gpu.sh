@@ -18,7 +18,8 @@
 # is stopped; the runs this call finished come back in $OUT/results.tar.gz (with a SeedFlood run's
 # message ledger, so that `seedflood replay` can rebuild it), and the history of a run it stopped
 # as results/<grid>/unfinished-gpu/<run>.history.jsonl (its checkpoint, the size of a model, stays
-# behind). LENT_TESTS, if set, is pytest's arguments for tests run beside the lanes, logged in
+# behind), with a DZSGD run's scalar ledger as <run>.scalars.jsonl: moved into runs/<run>/ beside
+# its history, it lets a CPU lane resume the run where the GPU stopped. LENT_TESTS, if set, is pytest's arguments for tests run beside the lanes, logged in
 # lanes/gpu-tests.log. LENT_FO_CHECK=1 first runs tools/gpu_fo_check.py (about a minute) and drops
 # the specs naming full dsgd or choco if this GPU does not train them as the CPU does: their
 # runs on an H100 and an H200 fell to a loss of exactly ln 2 where the CPU's trained, until gossip
@@ -138,12 +139,18 @@ collect() {
             [ -n "$(find "$directory" -newer /tmp/lent-start -print -quit)" ] || continue
             run=$(basename "$directory")
             if [ -f "$directory/results.json" ]; then
-                files+=("$directory"results.json "$directory"history.jsonl "$directory"manifest.json)
+                files+=("$directory"results.json "$directory"history.jsonl)
+                [ ! -f "$directory/manifest.json" ] || files+=("$directory"manifest.json)
                 [ ! -f "$directory/messages.log" ] || files+=("$directory"messages.log)
             elif [ -f "$directory/history.jsonl" ]; then
                 mkdir -p "$out/unfinished-gpu"
                 cp "$directory/history.jsonl" "$out/unfinished-gpu/$run.history.jsonl"
                 files+=("$out/unfinished-gpu/$run.history.jsonl")
+                for ledger in scalars.jsonl ledger_round.json; do  # a DZSGD run resumes from these
+                    [ -f "$directory/$ledger" ] || continue
+                    cp "$directory/$ledger" "$out/unfinished-gpu/$run.$ledger"
+                    files+=("$out/unfinished-gpu/$run.$ledger")
+                done
             fi
         done
     done
