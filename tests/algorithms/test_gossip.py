@@ -175,6 +175,7 @@ def test_lora_variants_train_and_send_only_the_adapters(tiny) -> None:
     )
     gossip.run_round(0)
     assert gossip.describe()["bytes_per_message"] == 4 * 3584
+    assert gossip.describe()["mixing_operator"] == "sparse"  # on the CPU
     assert gossip.traffic()["bytes_per_edge_max"] == 2 * 4 * 3584
     after = {
         k.replace(".base_layer", ""): v for k, v in model.state_dict().items() if "lora_" not in k
@@ -356,6 +357,7 @@ def test_first_order_gossip_on_a_gpu_takes_the_cpus_steps(tiny, topk_ratio) -> N
             )
             for index in range(3):
                 gossip.run_round(index)
+        assert gossip.describe()["mixing_operator"] == ("sparse" if device == "cpu" else "dense")
         states.append(gossip.x.cpu())
     initial = torch.cat([p.detach().flatten() for p in tiny[0].parameters()])
     assert not torch.allclose(states[0][0], initial, atol=1e-4)

@@ -279,10 +279,18 @@ def test_regenerating_gives_the_same_bytes(root: Path) -> None:
 
 
 def test_runs_off_the_cpu_are_named_with_their_tasks() -> None:
-    def made(task: str, device: str | None, method: str = "seedflood", lora: bool = False) -> Run:
+    def made(
+        task: str,
+        device: str | None,
+        method: str = "seedflood",
+        lora: bool = False,
+        operator: str | None = None,
+    ) -> Run:
         config = {"task": task, "method": method, "lora": lora}
         results = {"config": config, **({"device": device} if device else {})}
-        return Run(Path(f"{method}-{task}"), results, [])
+        if operator:
+            results["mixing_operator"] = operator
+        return Run(Path(f"{method}-{task}-{operator}"), results, [])
 
     runs = [made("boolq", "cuda"), made("boolq", "cuda"), made("rte", "cuda"), made("sst2", None)]
     assert device_note(runs)[0].startswith(
@@ -290,13 +298,14 @@ def test_runs_off_the_cpu_are_named_with_their_tasks() -> None:
     )
     assert "Void" not in device_note(runs)[0]
     assert device_note([made("sst2", None), made("rte", "cpu")]) == []
-    # full-parameter first-order runs on a GPU are named void; their LoRA variants and CPU
-    # runs are not
+    # full-parameter first-order runs on a GPU are named void unless they mixed densely; their
+    # LoRA variants and CPU runs are not
     runs += [made("boolq", "cuda", "dsgd"), made("boolq", "cuda", "dsgd", lora=True)]
-    runs.append(made("rte", None, "choco"))
+    runs += [made("rte", None, "choco"), made("sst2", "cuda", "choco", operator="dense")]
+    runs.append(made("sst2", "cuda", "choco", operator="sparse"))
     assert (
-        "Void: the 1 full-parameter DSGD and ChocoSGD runs among them (dsgd-boolq)."
-        in (device_note(runs)[0])
+        "Void: the 2 full-parameter DSGD and ChocoSGD runs among them "
+        "(choco-sst2-sparse, dsgd-boolq-None)." in (device_note(runs)[0])
     )
 
 

@@ -310,6 +310,8 @@ class Gossip:
             "trainable_parameters": self.d,
             "estimator": self.estimator,
             "bytes_per_message": self.message_bytes,
+            # a GPU run without "dense" here mixed with the sparse product that zeroed states
+            "mixing_operator": "sparse" if self.mixing.is_sparse else "dense",
         }
 
 

@@ -70,9 +70,11 @@ def portable_note(note: str) -> str:
 
 def device_note(runs: list[Run]) -> list[str]:
     """Which runs computed off the CPU ($SEEDFLOOD_DEVICE): the same experiment to rounding, but
-    their wall times are another machine's. Full-parameter first-order gossip runs made there are
-    named as void: on GPUs torch's sparse product mixed their states into zeros (fixed since;
-    docs/performance.md)."""
+    their wall times are another machine's. Full-parameter first-order gossip runs made there
+    without a dense mixing operator on record are named as void: on GPUs torch's sparse product
+    mixed their states into zeros (docs/performance.md). Runs record their operator since
+    2026-12-06, so one made on a GPU after the fix and before then (tune-sst2-long's four ChocoSGD
+    runs, which no device note judges) would be named void too: the note errs towards doubt."""
     elsewhere: dict[str, Counter[str]] = defaultdict(Counter)
     suspect = []
     for run in runs:
@@ -80,7 +82,8 @@ def device_note(runs: list[Run]) -> list[str]:
         if device != "cpu":
             elsewhere[device][run.results["config"]["task"]] += 1
             config = run.results["config"]
-            if config.get("method") in FULL_FIRST_ORDER and not config.get("lora"):
+            full_first_order = config.get("method") in FULL_FIRST_ORDER and not config.get("lora")
+            if full_first_order and run.results.get("mixing_operator") != "dense":
                 suspect.append(run.directory.name)
     if not elsewhere:
         return []
