@@ -250,6 +250,28 @@ def test_replaying_the_logged_scalars_ends_on_the_run_bit_for_bit(tiny, variant:
     assert replayed.traffic() == ran.traffic()
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_directions_drawn_ahead_leave_every_row_where_drawing_in_turn_does(tiny, workers) -> None:
+    """Full DZSGD's directions drawn on worker threads (seedflood.zo.ahead) are the same values:
+    stepping and replaying end bit for bit where drawing each when needed does."""
+    topology = make_topology("ring", 4)
+
+    def build(draw_workers: int) -> Gossip:
+        return make_gossip(
+            tiny, topology, estimator="zo", eps=1e-2, local_steps=2, draw_workers=draw_workers
+        )
+
+    in_turn, ahead, replayed = build(0), build(workers), build(workers)
+    for round_index in range(2):
+        in_turn.run_round(round_index)
+        ahead.run_round(round_index)
+        scalars = ahead.take_scalars()
+        assert scalars == in_turn.take_scalars()
+        replayed.replay_round(round_index, scalars)
+    assert torch.equal(ahead.x, in_turn.x) and torch.equal(replayed.x, in_turn.x)
+    assert (in_turn.x - build(0).x).abs().max() > 1e-3
+
+
 def test_replay_refuses_a_gradient_run_and_a_round_of_the_wrong_size(tiny) -> None:
     zo = lora_dzsgd(tiny, make_topology("ring", 3), batched=True)
     with pytest.raises(ValueError, match="replays from 6 scalars"):
@@ -295,6 +317,28 @@ def test_a_run_that_cannot_fit_is_refused_before_it_starts() -> None:
     check_memory(
         RunConfig(method="seedflood", clients=4096, n_train=4096), 134_515_008, torch.device("cpu")
     )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_full_dzsgd_counts_its_draw_threads_buffers_in_the_cpus_memory_alone(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Each thread drawing ahead holds a model-sized CPU buffer: a run that fits without them
+    is refused with 8 on the CPU, and not on a GPU, whose memory holds none of them."""
+    config = RunConfig(method="dzsgd", clients=16)
+    without = gossip_memory_bytes(16, 134_515_008, compressed=False, batched=False)
+    assert gossip_memory_bytes(16, 134_515_008, False, False, draw_workers=8) == (
+        without + 8 * 134_515_008 * 4
+    )
+    monkeypatch.setattr("seedflood.sim.runner.available_bytes", lambda _: without + 2**20)
+    monkeypatch.setenv("SEEDFLOOD_DRAW_THREADS", "0")
+    check_memory(config, 134_515_008, torch.device(device))
+    monkeypatch.setenv("SEEDFLOOD_DRAW_THREADS", "8")
+    if device == "cpu":
+        with pytest.raises(ConfigError, match="method dzsgd with 16 clients keeps 16 × "):
+            check_memory(config, 134_515_008, torch.device(device))
+    else:
+        check_memory(config, 134_515_008, torch.device(device))
 
 
 @pytest.mark.parametrize(

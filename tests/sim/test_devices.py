@@ -21,7 +21,14 @@ from seedflood.build import compute_device, on_device
 from seedflood.config import ConfigError, load_config
 from seedflood.learning.models import add_lora, load_model, state_hash
 from seedflood.peers.node import Node, PeerOptions
-from seedflood.sim.devices import DEVICE_VARIABLE, available_bytes, peak_device_mb, run_device
+from seedflood.sim.devices import (
+    DEVICE_VARIABLE,
+    DRAW_THREADS_VARIABLE,
+    available_bytes,
+    draw_threads,
+    peak_device_mb,
+    run_device,
+)
 from seedflood.zo import DenseDirection, SubCGEDirection, trainable_matrices
 
 
@@ -54,6 +61,32 @@ def test_a_name_that_is_no_device_says_what_is(
     monkeypatch.setenv(DEVICE_VARIABLE, value)
     with pytest.raises(ConfigError, match=message):
         run_device()
+
+
+@pytest.mark.parametrize(
+    ("value", "cores", "threads"),
+    [(None, 2, 2), (None, 1, 1), (None, 16, 8), (None, 64, 8), ("0", 2, 0), (" 12 ", 2, 12)],
+)
+def test_draw_threads_are_one_a_core_at_most_8_unless_set(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, cores: int, threads: int
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    if value is None:
+        monkeypatch.delenv(DRAW_THREADS_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(DRAW_THREADS_VARIABLE, value)
+    assert draw_threads() == threads
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", "65"])
+def test_draw_threads_that_are_no_count_say_what_is(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(DRAW_THREADS_VARIABLE, value)
+    with pytest.raises(
+        ConfigError, match=rf"SEEDFLOOD_DRAW_THREADS='{value}': give a whole number"
+    ):
+        draw_threads()
 
 
 @pytest.mark.parametrize("gpu", [False, True])

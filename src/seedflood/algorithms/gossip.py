@@ -41,7 +41,7 @@ from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, batch_loss, loss_and_correct
 from seedflood.protocol.traffic import TrafficCounter
 from seedflood.topology import Topology
-from seedflood.zo import DenseDirection, message_seed
+from seedflood.zo import DenseDirection, DrawsAhead, message_seed
 
 FP32_BYTES = 4
 INDEX_BYTES = 4
@@ -74,6 +74,7 @@ class Gossip:
         gamma: float,
         run_seed: int,
         batched: bool = False,
+        draw_workers: int = 0,
     ) -> None:
         if estimator not in ("gradient", "zo"):
             raise ValueError(f"estimator must be 'gradient' or 'zo', got {estimator!r}")
@@ -109,6 +110,9 @@ class Gossip:
             p.requires_grad_(estimator == "gradient")
         self._bind(self.x[0])
         self._direction = DenseDirection(self.params)
+        self.draw_workers = draw_workers
+        self._ahead: DrawsAhead | None = None
+        self._ahead_buffers: list[torch.Tensor] = []
         self._gaussian: torch.Tensor | None = None
         self._gaussian_parts: list[torch.Tensor] = []
         self._gaussian_on_device: torch.Tensor | None = None
@@ -187,22 +191,42 @@ class Gossip:
         _add_scaled(self.x[client], u, -self.lr(step) * scalar, out=self.x[client])
 
     def _draw(self, seed: int) -> torch.Tensor:
-        """DenseDirection's u for ``seed`` as one flat vector, drawn into a reused CPU buffer (then
-        copied to the rows' device)."""
-        if self._gaussian is None:
-            self._gaussian = torch.empty(self.d, device="cpu")
-            self._gaussian_parts = [
-                part.view(p.shape)
-                for part, p in zip(
-                    self._gaussian.split([p.numel() for p in self.params]), self.params, strict=True
-                )
-            ]
-        self._direction.draw_into(seed, self._gaussian_parts)
+        """DenseDirection's u for ``seed`` as one flat vector, drawn ahead by the workers or here
+        into a reused CPU buffer (then copied to the rows' device)."""
+        if self._ahead is not None:
+            drawn = self._ahead.take(seed)
+        else:
+            if self._gaussian is None:
+                self._gaussian = torch.empty(self.d, device="cpu")
+                self._gaussian_parts = list(self._gaussian.split(self._sizes))
+            self._direction.draw_into(seed, self._gaussian_parts)
+            drawn = self._gaussian
         if self.x.device.type == "cpu":
-            return self._gaussian
+            return drawn
         if self._gaussian_on_device is None:
             self._gaussian_on_device = torch.empty_like(self.x[0])
-        return self._gaussian_on_device.copy_(self._gaussian)
+        return self._gaussian_on_device.copy_(drawn)
+
+    @property
+    def _sizes(self) -> list[int]:
+        return [p.numel() for p in self.params]
+
+    @contextmanager
+    def _drawn_ahead(self, steps: range) -> Iterator[None]:
+        """Client by client zeroth-order ``steps`` with their directions drawn ahead on
+        ``draw_workers`` threads (seedflood.zo.ahead): the same values, drawn beside the work."""
+        if not self.draw_workers or self.estimator != "zo" or self.batched:
+            yield
+            return
+        seeds = [message_seed(self.run_seed, c, step) for step in steps for c in range(self.n)]
+        if not self._ahead_buffers:
+            self._ahead_buffers = [torch.empty(self.d) for _ in range(self.draw_workers + 1)]
+        with DrawsAhead(self._direction, self._sizes, seeds, self._ahead_buffers) as ahead:
+            self._ahead = ahead
+            try:
+                yield
+            finally:
+                self._ahead = None
 
     def _directions(self, step: int) -> torch.Tensor:
         """Every client's direction at ``step``, one row each."""
@@ -271,7 +295,8 @@ class Gossip:
         if self.batched:
             losses = [loss for step in steps for loss in self._zo_steps_batched(step)]
         else:
-            losses = [self.local_step(client, step) for step in steps for client in range(self.n)]
+            with self._drawn_ahead(steps):
+                losses = [self.local_step(c, step) for step in steps for c in range(self.n)]
         self.communicate()
         return {"train_loss": sum(losses) / len(losses)}
 
@@ -289,13 +314,15 @@ class Gossip:
                 f"a round replays from {self.n * self.local_steps} scalars of a zeroth-order "
                 f"run; got {len(scalars)} for a {self.estimator} run"
             )
-        for offset, step in enumerate(self._steps(round_index)):
-            made = scalars[offset * self.n : (offset + 1) * self.n]
-            if self.batched:
-                self._update_all(self._directions(step), step, made)
-            else:
-                for client, scalar in enumerate(made):
-                    self._update_one(client, step, scalar)
+        steps = self._steps(round_index)
+        with self._drawn_ahead(steps):
+            for offset, step in enumerate(steps):
+                made = scalars[offset * self.n : (offset + 1) * self.n]
+                if self.batched:
+                    self._update_all(self._directions(step), step, made)
+                else:
+                    for client, scalar in enumerate(made):
+                        self._update_one(client, step, scalar)
         self.communicate()
 
     def traffic(self) -> dict[str, float]:
@@ -360,8 +387,13 @@ def _all_linear_weights(model: nn.Module, params: Sequence[nn.Parameter]) -> boo
     return all(id(p) in linear for p in params)
 
 
-def gossip_memory_bytes(clients: int, trainable: int, compressed: bool, batched: bool) -> int:
+def gossip_memory_bytes(
+    clients: int, trainable: int, compressed: bool, batched: bool, draw_workers: int = 0
+) -> int:
     """What a run's process peaks at: the client states (x for every client, ChocoSGD's public
-    copies x̂, batched DZSGD's directions and two perturbed copies) plus WORKING_VECTORS."""
+    copies x̂, batched DZSGD's directions and two perturbed copies) plus WORKING_VECTORS, and one
+    buffer more a thread drawing full DZSGD's directions ahead (one of them in place of the
+    working vector a direction is drawn into without them)."""
     per_client = 1 + (1 if compressed else 0) + (3 if batched else 0)
-    return (clients * per_client + WORKING_VECTORS) * trainable * FP32_BYTES
+    vectors = clients * per_client + WORKING_VECTORS + draw_workers
+    return vectors * trainable * FP32_BYTES

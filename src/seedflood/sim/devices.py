@@ -19,8 +19,11 @@ import psutil
 import torch
 
 from seedflood.build import compute_device
+from seedflood.config import ConfigError
 
 DEVICE_VARIABLE = "SEEDFLOOD_DEVICE"
+DRAW_THREADS_VARIABLE = "SEEDFLOOD_DRAW_THREADS"
+MOST_DRAW_THREADS = 64
 
 
 def run_device() -> torch.device:
@@ -30,6 +33,25 @@ def run_device() -> torch.device:
         setting=f"${DEVICE_VARIABLE}",
         on_cpu=f"unset {DEVICE_VARIABLE} to run on the CPU",
     )
+
+
+def draw_threads() -> int:
+    """How many threads draw full-parameter DZSGD's directions ahead of their use
+    ($SEEDFLOOD_DRAW_THREADS; seedflood.zo.ahead). An execution setting like the device: the draws
+    are the same values whatever the number, which sets only speed and memory (one model-sized
+    CPU buffer a thread, and one more). Unset, one a core, at most 8: on a GPU's host the draws
+    are most of a round, and on this 2-core CPU two threads made full DZSGD's rounds 11% faster
+    and its replays 28% (docs/performance.md), where one did not help. 0 draws each direction
+    when it is needed, as before."""
+    text = os.environ.get(DRAW_THREADS_VARIABLE, "").strip()
+    if not text:
+        return min(8, os.cpu_count() or 1)
+    if not text.isdigit() or int(text) > MOST_DRAW_THREADS:
+        raise ConfigError(
+            f"{DRAW_THREADS_VARIABLE}={text!r}: give a whole number from 0 (draw each direction "
+            f"when it is needed) to {MOST_DRAW_THREADS}, or unset it for one a core, at most 8"
+        )
+    return int(text)
 
 
 def available_bytes(device: torch.device) -> int:

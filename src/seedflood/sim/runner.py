@@ -46,6 +46,7 @@ from seedflood.sim.checkpoint import (
 )
 from seedflood.sim.devices import (
     available_bytes,
+    draw_threads,
     peak_device_mb,
     peak_rss_mb,
     reset_peak_rss,
@@ -82,8 +83,14 @@ def check_memory(config: RunConfig, trainable: int, device: torch.device) -> Non
     estimate is the measured peak, so a run that fits alone is not refused for a margin)."""
     if config.method == "seedflood":
         return
+    # the threads' buffers are the CPU's whatever the device: a GPU's memory holds none
+    drawing = config.method == "dzsgd" and not config.batched_forward and device.type == "cpu"
     needed = gossip_memory_bytes(
-        config.clients, trainable, config.method == "choco", config.batched_forward
+        config.clients,
+        trainable,
+        config.method == "choco",
+        config.batched_forward,
+        draw_workers=draw_threads() if drawing else 0,
     )
     available = available_bytes(device)
     if needed > available:
@@ -154,6 +161,7 @@ def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
         topk_ratio=config.topk_ratio if config.method == "choco" else None,
         gamma=config.gamma,
         batched=config.batched_forward,
+        draw_workers=draw_threads(),
         **common,
     )
 

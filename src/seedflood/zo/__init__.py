@@ -4,14 +4,16 @@ A SeedFlood update is fully described by (origin, step, scalar): the direction u
 from a seed derived from (run_seed, origin, step), so every client can rebuild any client's update.
 One module per idea: ``seeds`` derives them, ``views`` holds the parameter slices a direction
 changes (and the exact two-point estimate over them), ``dense`` is MeZO's Gaussian direction over
-every parameter (O(d) a message) and ``subcge`` the subspace canonical-basis one (one row per
-weight matrix, O(Σ n_in) a message). Callers import from here; ``make_direction`` picks by name.
+every parameter (O(d) a message; ``ahead`` draws a known sequence of them on worker threads)
+and ``subcge`` the subspace canonical-basis one (one row per weight matrix, O(Σ n_in) a message).
+Callers import from here; ``make_direction`` picks by name.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from seedflood.zo.ahead import DrawsAhead
 from seedflood.zo.dense import DenseDirection
 from seedflood.zo.seeds import Update, derive_seed, message_generator, message_seed
 from seedflood.zo.subcge import (
@@ -27,6 +29,7 @@ __all__ = [
     "DIRECTIONS",
     "DenseDirection",
     "DirectionError",
+    "DrawsAhead",
     "Region",
     "SubCGEDirection",
     "Terms",
