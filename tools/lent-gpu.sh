@@ -19,8 +19,8 @@
 # message ledger, so that `seedflood replay` can rebuild it), and the history of a run it stopped
 # as results/<grid>/unfinished-gpu/<run>.history.jsonl (its checkpoint, the size of a model, stays
 # behind), with a DZSGD run's scalar ledger as <run>.scalars.jsonl: moved into runs/<run>/ beside
-# its history, it lets a CPU lane resume the run where the GPU stopped. LENT_TESTS, if set, is pytest's arguments for tests run beside the lanes, logged in
-# lanes/gpu-tests.log. LENT_FO_CHECK=1 first runs tools/gpu_fo_check.py (about a minute) and drops
+# its history, it lets a CPU lane resume the run where the GPU stopped. LENT_TESTS, if set, is
+# pytest's arguments for tests run beside the lanes, logged in lanes/gpu-tests.log. LENT_FO_CHECK=1 first runs tools/gpu_fo_check.py (about a minute) and drops
 # the specs naming full dsgd or choco if this GPU does not train them as the CPU does: their
 # runs on an H100 and an H200 fell to a loss of exactly ln 2 where the CPU's trained, until gossip
 # stopped mixing with torch's sparse product there (it returned zeros; docs/performance.md).

@@ -40,9 +40,9 @@ def draw_threads() -> int:
     ($SEEDFLOOD_DRAW_THREADS; seedflood.zo.ahead). An execution setting like the device: the draws
     are the same values whatever the number, which sets only speed and memory (one model-sized
     CPU buffer a thread, and one more). Unset, one a core, at most 8: on a GPU's host the draws
-    are most of a round, and on this 2-core CPU two threads made full DZSGD's rounds 11% faster
-    and its replays 28% (docs/performance.md), where one did not help. 0 draws each direction
-    when it is needed, as before."""
+    are most of a round, and on this 2-core CPU two threads made full DZSGD's replays 22-28%
+    faster, its trained rounds no faster than the machine's noise, and one thread did not help
+    (docs/performance.md). 0 draws each direction when it is needed, as before."""
     text = os.environ.get(DRAW_THREADS_VARIABLE, "").strip()
     if not text:
         return min(8, os.cpu_count() or 1)

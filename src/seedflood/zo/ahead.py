@@ -1,11 +1,11 @@
 """Dense directions drawn ahead of their use, on worker threads.
 
 Full-parameter DZSGD spends most of a round drawing one 135M-value Gaussian per client and step
-on a single thread (docs/performance.md, "Replaying a scalar ledger"). A round's seeds are known
-before it starts, numpy fills an array without holding the GIL, and each seed has a generator of
-its own, so the draws can run side by side and beside the forwards that use them. Each buffer
-holds exactly what ``DenseDirection.draw_into`` gives for its seed alone: a run ends bit for bit
-where it ends without workers, whatever their number.
+on a single thread (docs/performance.md, "Resuming a DZSGD run from its scalars"). A round's
+seeds are known before it starts, numpy fills an array without holding the GIL, and each seed
+has a generator of its own, so the draws can run side by side and beside the forwards that use
+them. Each buffer holds exactly what ``DenseDirection.draw_into`` gives for its seed alone: a run
+ends bit for bit where it ends without workers, whatever their number.
 """
 
 from __future__ import annotations
