@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 
 from seedflood.cli import app
 from seedflood.config import load_config
-from seedflood.sim.checkpoint import CHECKPOINT_NAME, KILL_AT_VARIABLE, KILL_ROUND_VARIABLE
+from seedflood.sim.checkpoint import (
+    CHECKPOINT_NAME,
+    KILL_AT_VARIABLE,
+    KILL_ROUND_VARIABLE,
+    checkpoint_round,
+)
 from seedflood.sim.ledger import LAST_ROUND
 from seedflood.sim.run_ledgers import untrained_hash
 from seedflood.sim.runner import build, run
@@ -73,6 +78,29 @@ def test_a_killed_run_without_its_checkpoint_resumes_from_its_scalars(
     history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [entry["round"] for entry in history] == [0, 3, 6, 7]
     assert not (tmp_path / SCALARS).exists() and not (tmp_path / LAST_ROUND).exists()
+
+
+@pytest.mark.slow  # a real `seedflood run` process killed mid-run
+def test_a_checkpoint_behind_the_ledger_is_loaded_and_only_the_rounds_after_it_replayed(
+    data_dir: Path, tmp_path: Path, whole: dict
+) -> None:
+    """Killed after round 5 with round 3's checkpoint: the resume loads the checkpoint and
+    replays rounds 4 and 5 alone from the ledger (it replayed all five before), and ends as the
+    uninterrupted run does."""
+    fault = {KILL_ROUND_VARIABLE: "5", KILL_AT_VARIABLE: "checkpoint"}
+    assert seedflood_in_child(cli_args(data_dir, tmp_path), fault) == 137
+    assert checkpoint_round(tmp_path / CHECKPOINT_NAME) == 3
+    events: list[tuple[int, dict]] = []
+    resumed = run(
+        load_config(QUICKSTART, sets(data_dir)),
+        tmp_path,
+        lambda done, record: events.append((done, record)),
+        resume=True,
+    )
+    assert [(done, r["total"]) for done, r in events if r["event"] == "replay"] == [(4, 5), (5, 5)]
+    notes = [r["text"] for _, r in events if r["event"] == "note"]
+    assert any(note.endswith("at round 3 and from its ledger to round 5") for note in notes)
+    assert without_timing(json.loads(json.dumps(resumed))) == without_timing(whole)
 
 
 @pytest.mark.slow

@@ -41,14 +41,26 @@ def resume_from_ledgers(
     base: str,
     data: Data,
     replayed: Replayed = no_replay_report,
+    start: int = 0,
 ) -> LedgerPoint | None:
     """Where the run's ledger in ``out`` resumes it, its rounds replayed into ``algorithm``
-    (``replayed`` told of each); None where it keeps none or there is nothing to resume."""
-    if isinstance(algorithm, SeedFlood):
+    (``replayed`` told of each) from round ``start``, where a checkpoint left it (a scalar
+    ledger's rounds replay from any round; SeedFlood's from 0); None where it keeps none or there
+    is nothing to resume."""
+    if isinstance(algorithm, SeedFlood) and not start:
         return ledger.resume_from_ledger(out, config, algorithm, data, replayed)
     if logs_scalars(algorithm):
-        return scalar_ledger.resume_from_scalars(out, config, algorithm, base, data, replayed)
+        return scalar_ledger.resume_from_scalars(
+            out, config, algorithm, base, data, replayed, start
+        )
     return None
+
+
+def continues_a_checkpoint(algorithm: Algorithm) -> bool:
+    """Whether the ledger can take ``algorithm`` on from a checkpoint's round: a scalar ledger
+    replays any round from the state before it, so a checkpoint behind it spares the replay of
+    every round up to it (full DZSGD's replay costs three quarters of training)."""
+    return logs_scalars(algorithm)
 
 
 def open_ledger(

@@ -54,7 +54,13 @@ from seedflood.sim.devices import (
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
 from seedflood.sim.ledger import ledger_ahead, mark_round
-from seedflood.sim.run_ledgers import open_ledger, replayable, resume_from_ledgers, untrained_hash
+from seedflood.sim.run_ledgers import (
+    continues_a_checkpoint,
+    open_ledger,
+    replayable,
+    resume_from_ledgers,
+    untrained_hash,
+)
 from seedflood.sim.tracking import Tracker
 from seedflood.topology import Topology
 
@@ -230,9 +236,10 @@ def _fresh_or_resumed(
 ) -> Progress:
     """Where the loop starts: with ``resume``, the checkpoint's state (the algorithm restored in
     place), or else, and before it where the ledger reaches a later round than the checkpoint,
-    the last round the ledger reaches (rounds replayed into the algorithm);
-    otherwise round 0. The untrained model is scored first either way (once per machine for
-    each starting model and test set: see accuracy_cache)."""
+    the last round the ledger reaches (rounds replayed into the algorithm: from the checkpoint's
+    round where the ledger can continue it, else from 0); otherwise round 0. The untrained model
+    is scored first either way (once per machine for each starting model and test set: see
+    accuracy_cache)."""
     damaged: CheckpointDamaged | None = None
     saved = resume and saved_at.is_file()
     ahead = (
@@ -240,17 +247,34 @@ def _fresh_or_resumed(
         and replayable(exp.algorithm)
         and ledger_ahead(saved_at.parent, checkpoint_round(saved_at))
     )
-    if saved and not ahead:
+
+    def replays(done: int, total: int) -> None:
+        report(done, {"event": "replay", "total": total})
+
+    if saved and (not ahead or continues_a_checkpoint(exp.algorithm)):
         try:
             state = load_checkpoint(saved_at, exp.config, exp.algorithm, exp.data_identity)
         except CheckpointDamaged as error:
             damaged = error  # the algorithm is untouched: the ledger may still resume it
         else:
-            report(
-                state.round,
-                {"event": "note", "text": f"resumed from {saved_at} at round {state.round}"},
-            )
-            return state
+            text = f"resumed from {saved_at} at round {state.round}"
+            point = None
+            if ahead:
+                point = resume_from_ledgers(
+                    exp.algorithm,
+                    saved_at.parent,
+                    exp.config,
+                    base,
+                    exp.data_identity,
+                    replays,
+                    start=state.round,
+                )
+            if point is None:
+                report(state.round, {"event": "note", "text": text})
+                return state
+            text += f" and from its ledger to round {point.round}"
+            report(point.round, {"event": "note", "text": text})
+            return Progress(*point, state.zero_shot_accuracy)
     with exp.algorithm.global_view():
         zero_shot = cached_accuracy(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
@@ -262,7 +286,7 @@ def _fresh_or_resumed(
             exp.config,
             base,
             exp.data_identity,
-            lambda done, total: report(done, {"event": "replay", "total": total}),
+            replays,
         )
         if resume
         else None

@@ -169,11 +169,13 @@ def resume_from_scalars(
     base: str,
     data: dict[str, int | str],
     replayed: Replayed = no_replay_report,
+    start: int = 0,
 ) -> LedgerPoint | None:
-    """Replay into the freshly built ``algorithm`` the rounds up to the later of history.jsonl's
-    last evaluation and ledger_round.json that the ledger holds whole; where it stands then, or
-    None where there is nothing to resume from (no ledger, or no round beyond 0). ``replayed`` is
-    told each round replayed, and how many there are."""
+    """Replay into ``algorithm``, built afresh or restored to round ``start`` from a checkpoint,
+    the rounds from ``start`` up to the later of history.jsonl's last evaluation and
+    ledger_round.json that the ledger holds whole; where it stands then, or None where there is
+    nothing to resume from (no ledger, or no round beyond ``start``). ``replayed`` is told each
+    round replayed, and the round it replays to."""
     path, history_file = out / SCALARS, out / "history.jsonl"
     if not (path.is_file() and history_file.is_file()):
         return None
@@ -183,6 +185,8 @@ def resume_from_scalars(
     _check_header(path, config, base, data)
     rounds = _rounds(path, config.clients * config.steps_per_round)
     point = resume_point(out, history, len(rounds))
+    if start and point.round <= start:
+        return None
     if point.round == 0:
         if history[-1]["round"] == 0:
             return None
@@ -190,7 +194,7 @@ def resume_from_scalars(
             f"{path} holds {len(rounds)} rounds, fewer than any evaluation {history_file} "
             "records needs: the ledger was cut; run it afresh"
         )
-    for round_index in range(point.round):
+    for round_index in range(start, point.round):
         algorithm.replay_round(round_index, rounds[round_index])
         replayed(round_index + 1, point.round)
     return point
