@@ -53,7 +53,7 @@ from seedflood.sim.devices import (
     run_device,
 )
 from seedflood.sim.faults import LinkFaults, simulated_links
-from seedflood.sim.ledger import ledger_ahead, mark_round
+from seedflood.sim.ledger import LedgerPoint, ledger_ahead, mark_round
 from seedflood.sim.run_ledgers import (
     continues_a_checkpoint,
     open_ledger,
@@ -248,8 +248,16 @@ def _fresh_or_resumed(
         and ledger_ahead(saved_at.parent, checkpoint_round(saved_at))
     )
 
-    def replays(done: int, total: int) -> None:
-        report(done, {"event": "replay", "total": total})
+    def from_ledger(start: int) -> LedgerPoint | None:
+        return resume_from_ledgers(
+            exp.algorithm,
+            saved_at.parent,
+            exp.config,
+            base,
+            exp.data_identity,
+            lambda done, total: report(done, {"event": "replay", "total": total}),
+            start,
+        )
 
     if saved and (not ahead or continues_a_checkpoint(exp.algorithm)):
         try:
@@ -258,17 +266,7 @@ def _fresh_or_resumed(
             damaged = error  # the algorithm is untouched: the ledger may still resume it
         else:
             text = f"resumed from {saved_at} at round {state.round}"
-            point = None
-            if ahead:
-                point = resume_from_ledgers(
-                    exp.algorithm,
-                    saved_at.parent,
-                    exp.config,
-                    base,
-                    exp.data_identity,
-                    replays,
-                    start=state.round,
-                )
+            point = from_ledger(state.round) if ahead else None
             if point is None:
                 report(state.round, {"event": "note", "text": text})
                 return state
@@ -279,18 +277,7 @@ def _fresh_or_resumed(
         zero_shot = cached_accuracy(
             exp.algorithm.model, exp.test, exp.pad_id, exp.config.eval_batch_size
         )
-    point = (
-        resume_from_ledgers(
-            exp.algorithm,
-            saved_at.parent,
-            exp.config,
-            base,
-            exp.data_identity,
-            replays,
-        )
-        if resume
-        else None
-    )
+    point = from_ledger(0) if resume else None
     if damaged is not None and point is None:
         raise damaged
     if point is not None:
