@@ -208,12 +208,12 @@ def unsearched(
     return {run.results["method"] for run in main_runs} - searched
 
 
-def untuned_methods(root: Path, main_runs: list[Run]) -> set[str]:
+def untuned_methods(root: Path, main_runs: list[Run], search: Search = SHORT) -> set[str]:
     """Main-table methods whose rows are not at a searched pick: ``unsearched`` ones, and those
     with a run at a rate other than their search's pick."""
-    grids = tuning_grids(root)
+    grids = tuning_grids(root, search)
     off_pick = {run.results["method"] for run in _off_pick(main_runs, _picks(grids, "sst2"))}
-    return unsearched(main_runs, grids, _missing_points(root, grids)) | off_pick
+    return unsearched(main_runs, grids, _missing_points(root, grids, search)) | off_pick
 
 
 def _off_pick(main_runs: list[Run], rates: dict[str, float]) -> list[Run]:
