@@ -207,11 +207,11 @@ METHODS = ("dsgd", "choco", "dsgd-lora", "choco-lora", "dzsgd", "dzsgd-lora")
 SEEDS_NEEDED = 3
 
 
-def _still_short(runs: list[Run]) -> list[str]:
+def _still_short(groups: dict[tuple[str, str, str, int], list[float]]) -> list[str]:
     """The cells that keep §1b's verdict open, as "method (k of n runs)": every rival needs 3
     seeds on both topologies, SeedFlood 3 on the ring (its meshgrid runs end on the same hash)."""
     seeds: dict[tuple[str, str], int] = defaultdict(int)
-    for (method, _task, topology, _clients), values in _seed_groups(runs).items():
+    for (method, _task, topology, _clients), values in groups.items():
         seeds[method, topology] += len(values)
     cells = [("seedflood", ("ring",)), *((m, ("ring", "meshgrid")) for m in METHODS)]
     return [
@@ -226,14 +226,15 @@ def _horizon_verdict(root: Path, runs: list[Run]) -> str:
     """The main table's verdict (``main_verdict``) once every cell has its seeds, a rival not at
     its pick at this horizon marked untuned; before, what the runs say so far and which cells are
     still short, so the sentence shrinks as runs land."""
-    short = _still_short(runs)
+    groups = _seed_groups(runs)
+    short = _still_short(groups)
     if not short:
         rows = _seedflood_on_both_topologies(summarize(runs))
         untuned = untuned_methods(root, runs, LONG)
         return main_verdict(rows, True, fallback=False, untuned=untuned)
     return (
         "**Verdict: not yet decided.** "
-        + _measured_so_far(runs)
+        + _measured_so_far(groups)
         + f"The claim needs every method at {SEEDS_NEEDED} seeds on both topologies (SeedFlood on "
         "the ring), at rates chosen at this horizon (configs/paper/tune-sst2-long.yaml; the rates "
         f"of the short grid do not carry); still short: {', '.join(short)}."
@@ -251,7 +252,7 @@ def _seedflood_on_both_topologies(rows: list[dict[str, Any]]) -> list[dict[str, 
     ]
 
 
-def _measured_so_far(runs: list[Run]) -> str:
+def _measured_so_far(groups: dict[tuple[str, str, str, int], list[float]]) -> str:
     """What the finished runs already say, method by method: the mean test accuracy over seeds
     with its 95% interval, SeedFlood against each other method run so far (Welch's test on the
     seeds, so only where both sides have two or more), and SeedFlood's mean as a share of
@@ -259,7 +260,6 @@ def _measured_so_far(runs: list[Run]) -> str:
     still moving), so that a verdict still waiting for its rivals reports its numbers.
     SeedFlood's ring seeds stand for both topologies: with hops = diameter its meshgrid runs end
     on the same state hash."""
-    groups = _seed_groups(runs)
     ours = [
         value for group, values in groups.items() if group[0] == "seedflood" for value in values
     ]
