@@ -24,6 +24,7 @@ from seedflood.config import ConfigError, RunConfig
 from seedflood.learning.models import add_lora, load_model
 from seedflood.learning.scoring import batch_loss, loss_and_correct, tokenize
 from seedflood.learning.tasks import Example, partition
+from seedflood.protocol.guard import DivergenceGuard
 from seedflood.sim.runner import check_memory
 from seedflood.topology import Topology, make_topology
 from seedflood.zo import DenseDirection, message_seed
@@ -281,6 +282,25 @@ def test_replay_refuses_a_gradient_run_and_a_round_of_the_wrong_size(tiny) -> No
     assert gradient.take_scalars() == []
     with pytest.raises(ValueError, match="gradient run"):
         gradient.replay_round(0, [0.1] * 3)
+
+
+def test_the_guard_reads_each_step_of_a_round_and_stops_the_run_after_that_round(tiny) -> None:
+    """Two local steps a round, replayed from scalars (no forward pass): a calm round passes, and
+    the second step of the next round, at ten times the median before it, trips the guard; the
+    round is completed, so the run keeps that step, and says so. First-order gossip makes no
+    scalars to guard."""
+    guard = DivergenceGuard(factor=8.0, window=4, warmup=2)
+    zo = make_gossip(tiny, make_topology("ring", 3), estimator="zo", local_steps=2, guard=guard)
+    zo.replay_round(0, [1.0, -1.0, 1.0, 1.0, 1.0, -1.0])
+    assert zo.stop_reason() is None and zo.describe()["guard"] == {"action": "none"}
+    zo.replay_round(1, [1.0, 1.0, -1.0, 10.0, -10.0, 10.0])
+    record = zo.describe()["guard"]
+    assert record["action"] == "stopped" and record["step"] == 3 and record["rule"] == "spike"
+    assert record["value"] == 10.0 and record["reference"] == 1.0
+    assert "its clients' models after step 3, the refused step included" in zo.stop_reason()
+    assert make_gossip(tiny, make_topology("ring", 3)).describe()["guard"] == {"action": "off"}
+    with pytest.raises(ValueError, match="only zo makes them"):
+        make_gossip(tiny, make_topology("ring", 3), guard=guard)
 
 
 def test_batched_forwards_refuse_full_parameter_gossip(tiny) -> None:

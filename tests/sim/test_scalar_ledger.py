@@ -140,3 +140,63 @@ def test_a_ledger_of_another_config_or_start_or_a_damaged_one_is_refused_by_name
     )
     assert point is not None and point.round == 3
     assert replayed == [(1, 3), (2, 3), (3, 3)]
+
+
+DIVERGING = ("lr=30", "rounds=200", "eval_every=100", "guard_warmup=10")
+
+
+@pytest.mark.slow  # real `seedflood run` processes killed mid-run
+@pytest.mark.parametrize("removed", [(), (CHECKPOINT_NAME,)])
+def test_a_diverging_rate_is_stopped_by_the_guard_and_stays_stopped_when_resumed(
+    data_dir: Path, tmp_path: Path, removed: tuple[str, ...]
+) -> None:
+    """DZSGD's rate grids stop a diverging rate as SeedFlood's do. Its clients apply a step as
+    they make it, so the run ends after the round of the refused step, that step kept. Killed
+    there before its results and resumed from its checkpoint or its ledger alone, it ends as the
+    uninterrupted run did, not a round on."""
+    notes: list[str] = []
+    whole = run(
+        load_config(QUICKSTART, sets(data_dir, *DIVERGING)),
+        tmp_path / "whole",
+        lambda _done, record: notes.append(record.get("text", "")),
+    )
+    guard = whole["guard"]
+    assert guard["action"] == "stopped" and guard["rule"] == "spike" and 10 <= guard["step"] < 199
+    assert guard["value"] > guard["factor"] * guard["reference"]
+    stopped_after = guard["step"] + 1  # one step a round
+    history = [json.loads(line) for line in (tmp_path / "whole/history.jsonl").open()]
+    assert [entry["round"] for entry in history] == [0, stopped_after]
+    kept = f"the run stopped with its clients' models after step {guard['step']}, the refused"
+    assert any(kept in note for note in notes)
+
+    cut = tmp_path / "cut"
+    fault = {KILL_ROUND_VARIABLE: str(stopped_after), KILL_AT_VARIABLE: "checkpoint"}
+    assert seedflood_in_child(cli_args(data_dir, cut, *DIVERGING), fault) == 137
+    for name in removed:
+        (cut / name).unlink()
+    result = CliRunner().invoke(app, cli_args(data_dir, cut, *DIVERGING))
+    assert result.exit_code == 0, result.output
+    resumed = json.loads((cut / "results.json").read_text())
+    assert without_timing(resumed) == without_timing(json.loads(json.dumps(whole)))
+
+
+@pytest.mark.slow  # a real `seedflood run` process killed mid-run
+def test_a_ledger_that_runs_past_the_guards_stop_is_refused_by_name(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A ledger written before the guard watched DZSGD goes on past the round where the guard now
+    stops the run: resuming from it would end on a model the guard never allowed."""
+    unguarded = [*DIVERGING, "guard_factor=null"]
+    fault = {KILL_ROUND_VARIABLE: "100", KILL_AT_VARIABLE: "checkpoint"}
+    assert seedflood_in_child(cli_args(data_dir, tmp_path, *unguarded), fault) == 137
+    path = tmp_path / SCALARS
+    header, *rounds = path.read_text().splitlines(keepends=True)
+    config = load_config(QUICKSTART, sets(data_dir, *DIVERGING))
+    made_before = json.loads(header)
+    made_before["config"]["guard_factor"] = config.guard_factor
+    path.write_text(json.dumps(made_before) + "\n" + "".join(rounds))
+    exp = build(config)
+    with pytest.raises(ValueError, match=r"goes on to round 100, but the divergence guard stops"):
+        resume_from_scalars(
+            tmp_path, config, exp.algorithm, untrained_hash(exp.algorithm), exp.data_identity
+        )

@@ -18,7 +18,8 @@ seedflood.algorithms.batched).
 DZSGD's state after a round is a function of its start and the scalars its clients' two-point
 estimates gave (the directions are drawn from seeds, and mixing is fixed): every scalar made is
 kept for the run's ledger (``take_scalars``) and ``replay_round`` redoes a round from them with
-no forward pass, the same arithmetic bit for bit (seedflood.sim.scalar_ledger).
+no forward pass, the same arithmetic bit for bit (seedflood.sim.scalar_ledger). The same scalars
+feed SeedFlood's divergence guard (seedflood.protocol.guard), so a diverging rate stops here too.
 
 Clients' trainable parameters live as rows of one (n × d) matrix. The shared working model's
 trainable tensors are re-pointed at a row to compute with that client, so switching clients copies
@@ -39,6 +40,7 @@ from seedflood.algorithms.batched import row_weight_losses
 from seedflood.algorithms.common import sample_batch
 from seedflood.learning.schedules import Rate, as_rate
 from seedflood.learning.scoring import TokenizedExample, batch_loss, loss_and_correct
+from seedflood.protocol.guard import DivergenceGuard, Tripped, guard_record
 from seedflood.protocol.traffic import TrafficCounter
 from seedflood.topology import Topology
 from seedflood.zo import DenseDirection, DrawsAhead, message_seed
@@ -75,9 +77,12 @@ class Gossip:
         run_seed: int,
         batched: bool = False,
         draw_workers: int = 0,
+        guard: DivergenceGuard | None = None,
     ) -> None:
         if estimator not in ("gradient", "zo"):
             raise ValueError(f"estimator must be 'gradient' or 'zo', got {estimator!r}")
+        if guard is not None and estimator != "zo":
+            raise ValueError("the divergence guard reads two-point scalars: only zo makes them")
         if batched and (estimator != "zo" or not _all_linear_weights(model, trainable)):
             raise ValueError(
                 "batched forwards need the zo estimator and trainable parameters that are all "
@@ -118,6 +123,8 @@ class Gossip:
         self._gaussian_on_device: torch.Tensor | None = None
         self._perturbed: torch.Tensor | None = None
         self._scalars: list[float] = []
+        self.guard = guard
+        self.tripped: Tripped | None = None
 
     def _bind(self, vector: torch.Tensor) -> None:
         """Point the model's trainable tensors at ``vector``: updates then land in it in place."""
@@ -298,7 +305,20 @@ class Gossip:
             with self._drawn_ahead(steps):
                 losses = [self.local_step(c, step) for step in steps for c in range(self.n)]
         self.communicate()
+        if self.estimator == "zo":
+            self._watch(round_index, self._scalars[-len(losses) :])
         return {"train_loss": sum(losses) / len(losses)}
+
+    def _watch(self, round_index: int, scalars: Sequence[float]) -> None:
+        """Show the guard the round's steps in order, each as its clients' scalars, until one
+        trips it (the run then stops after this round: ``stop_reason``)."""
+        if self.guard is None or self.tripped is not None:
+            return
+        for offset, step in enumerate(self._steps(round_index)):
+            made = scalars[offset * self.n : (offset + 1) * self.n]
+            if tripped := self.guard.check_scalars(step, made):
+                self.tripped = tripped
+                return
 
     def take_scalars(self) -> list[float]:
         """The scalars of the zeroth-order steps since the last call, step by step and in client
@@ -324,16 +344,27 @@ class Gossip:
                     for client, scalar in enumerate(made):
                         self._update_one(client, step, scalar)
         self.communicate()
+        self._watch(round_index, scalars)
 
     def traffic(self) -> dict[str, float]:
         return self.counter.summary()
 
     def stop_reason(self) -> str | None:
-        """Gossip runs have no divergence guard: they always run to the end."""
-        return None
+        """Why the run must stop now: the divergence guard tripped on a zeroth-order step. The
+        round it fell in was completed, so the clients keep the refused step."""
+        if self.tripped is None:
+            return None
+        step = self.tripped.step
+        last = self._steps(step // self.local_steps)[-1]
+        kept = (
+            f"its clients' models after step {last}, the refused step included: gossip clients "
+            "apply a step as they make it"
+        )
+        return self.tripped.explain(self.lr(step), kept)
 
     def describe(self) -> dict[str, Any]:
         return {
+            "guard": guard_record(self.guard, self.tripped),
             "trainable_parameters": self.d,
             "estimator": self.estimator,
             "bytes_per_message": self.message_bytes,

@@ -293,8 +293,7 @@ def _by_seeds(runs: list[Run]) -> dict[str, list[float]]:
 
 
 def _steps(results: dict) -> str:
-    """The steps a run was given, and where its divergence guard stopped it if it did (the
-    model tested is then that of the step before)."""
+    """The steps a run was given, and where its divergence guard stopped it if it did."""
     config = results["config"]
     steps = config["rounds"] * (config.get("local_steps") or 1)
     stop = stopped_at(results)

@@ -43,8 +43,9 @@ class GridPoint:
 
 
 def stopped_at(results: dict) -> int | None:
-    """The step at which the run's divergence guard stopped it (its model is then the step
-    before's), or None if it ran its course: a rate that diverged must say so where it is shown."""
+    """The step at which the run's divergence guard stopped it (SeedFlood keeps the model of the
+    step before, DZSGD that of the step's round), or None if it ran its course: a rate that
+    diverged must say so where it is shown."""
     guard = results.get("guard") or {}
     return int(guard["step"]) if guard.get("action") == "stopped" else None
 

@@ -16,6 +16,12 @@ runs (docs/reliability.md, "The divergence guard"):
 Neither rule judges a step before ``warmup`` steps are known. Every client (simulated or a real
 peer) commits the same steps in the same order, so every client refuses the same step, and the
 run stops with the model of step t − 1: what its ledger holds, so a replay ends on the same hash.
+
+Simulated DZSGD (full or LoRA) is guarded by the same rules on its clients' two-point scalars, so
+its learning-rate grids stop a diverging rate as SeedFlood's do. Its clients apply each step as
+they make it, so the guard reads a round's steps once the round is done and the run stops with
+the models after the refused step (`seedflood.algorithms.gossip`). That is a simulator's view of
+all clients at once; gossip peers, each seeing its own scalars only, would have no such rule.
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ class Tripped:
     factor: float
     window: int
 
-    def explain(self, lr: float) -> str:
+    def explain(self, lr: float, kept: str | None = None) -> str:
+        """Why the run stopped, and what it kept: ``kept`` names the model it stopped with where
+        that is not the model of the step before (gossip clients apply a step as they make it)."""
         ratio = self.value / self.reference if self.reference else float("inf")
         if self.rule == "spike":
             what = (
@@ -60,10 +68,11 @@ class Tripped:
                 f"({self.value:.4g}) is {ratio:.2f}× its lowest ({self.reference:.4g}, at step "
                 f"{self.reference_step}; limit guard_drift {self.factor:g}×): the run is drifting"
             )
+        kept = kept or f"the model of step {self.step - 1}"
         return (
-            f"divergence guard: {what}; the run stopped with the model of step "
-            f"{self.step - 1}. Lower the learning rate (lr {lr:g} at this step), or decay it "
-            "(lr_schedule: cosine); guard_factor: null turns the guard off"
+            f"divergence guard: {what}; the run stopped with {kept}. Lower the learning rate "
+            f"(lr {lr:g} at this step), or decay it (lr_schedule: cosine); guard_factor: null "
+            "turns the guard off"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -122,7 +131,11 @@ class DivergenceGuard:
 
     def check(self, step: int, messages: Sequence[Message]) -> Tripped | None:
         """None, remembering the step, if it may be committed; else why not."""
-        mean = sum(abs(m.scalar) for m in messages) / len(messages)
+        return self.check_scalars(step, [m.scalar for m in messages])
+
+    def check_scalars(self, step: int, scalars: Sequence[float]) -> Tripped | None:
+        """``check`` of a step given as its clients' scalars (a gossip run sends no messages)."""
+        mean = sum(abs(s) for s in scalars) / len(scalars)
         if self.seen >= self.warmup:
             median = statistics.median(self._last(self.window))
             if mean > self.factor * median:

@@ -168,6 +168,7 @@ def build_algorithm(config: RunConfig, parts: Parts) -> Algorithm:
         gamma=config.gamma,
         batched=config.batched_forward,
         draw_workers=draw_threads(),
+        guard=DivergenceGuard.from_config(config) if config.method == "dzsgd" else None,
         **common,
     )
 

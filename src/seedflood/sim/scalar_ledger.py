@@ -197,4 +197,10 @@ def resume_from_scalars(
     for round_index in range(start, point.round):
         algorithm.replay_round(round_index, rounds[round_index])
         replayed(round_index + 1, point.round)
+        if algorithm.stop_reason() and round_index + 1 < point.round:
+            raise CheckpointError(
+                f"{path} goes on to round {point.round}, but the divergence guard stops this run "
+                f"after round {round_index + 1}: the ledger was made by code that did not guard "
+                "DZSGD; run it again without --resume"
+            )
     return point
