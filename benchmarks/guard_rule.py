@@ -9,7 +9,8 @@ accuracy recorded there. A limit must never stop the stable runs and must stop t
 drifting ones before their accuracy falls far.
 
 Runs come from two places: ``--lrs`` trains the quickstart on ``--model`` once per rate with the
-guard off; ``--ledgers`` reads run folders already made (a SmolLM2 run takes hours on a CPU):
+guard off; ``--ledgers`` reads run folders already made (a SmolLM2 run takes hours on a CPU),
+SeedFlood's by their message logs and DZSGD's by their scalar ledgers:
 
     .venv/bin/python benchmarks/guard_rule.py --model tiny --rounds 300
     .venv/bin/python benchmarks/guard_rule.py --lrs '' \
@@ -33,6 +34,7 @@ from seedflood.protocol.ledger import LOG
 from seedflood.protocol.messages import Message
 from seedflood.report import step_means
 from seedflood.sim.runner import run
+from seedflood.sim.scalar_ledger import step_means as scalar_means
 
 SPIKE_LIMITS = (3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 DRIFT_LIMITS = (1.25, 1.5, 1.75, 2.0)
@@ -76,7 +78,9 @@ def first_over(ratios: list[float], limits: tuple[float, ...]) -> dict[str, int 
 
 
 def analyse(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    means = step_means(run_dir / LOG)
+    """A SeedFlood run's committed steps from its message log, or a DZSGD run's from its scalar
+    ledger (``scalars.jsonl``, kept while it runs and committed between sessions)."""
+    means = step_means(run_dir / LOG) if (run_dir / LOG).exists() else scalar_means(run_dir)
     history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     spikes = spike_ratios(means, args.window, args.warmup)
     drifts = drift_ratios(means, args.drift_window, args.warmup)

@@ -20,7 +20,7 @@ from seedflood.sim.checkpoint import (
 from seedflood.sim.ledger import LAST_ROUND
 from seedflood.sim.run_ledgers import untrained_hash
 from seedflood.sim.runner import build, run
-from seedflood.sim.scalar_ledger import SCALARS, resume_from_scalars
+from seedflood.sim.scalar_ledger import SCALARS, resume_from_scalars, step_means
 from tests.forked import seedflood_in_child
 from tests.sim.test_ledger import QUICKSTART
 from tests.sim.test_ledger import SETTINGS as SEEDFLOOD_SETTINGS
@@ -172,6 +172,8 @@ def test_a_diverging_rate_is_stopped_by_the_guard_and_stays_stopped_when_resumed
     cut = tmp_path / "cut"
     fault = {KILL_ROUND_VARIABLE: str(stopped_after), KILL_AT_VARIABLE: "checkpoint"}
     assert seedflood_in_child(cli_args(data_dir, cut, *DIVERGING), fault) == 137
+    means = step_means(cut)  # what the guard read, as benchmarks/guard_rule.py reads it
+    assert len(means) == stopped_after and means[-1] == pytest.approx(guard["value"], rel=1e-12)
     for name in removed:
         (cut / name).unlink()
     result = CliRunner().invoke(app, cli_args(data_dir, cut, *DIVERGING))

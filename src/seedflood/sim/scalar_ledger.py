@@ -125,6 +125,19 @@ def _rounds(path: Path, per_round: int) -> list[list[float]]:
     return rounds
 
 
+def step_means(out: Path) -> list[float]:
+    """Each step's mean |scalar| over the clients, from the scalar ledger in ``out``: what the
+    divergence guard reads (benchmarks/guard_rule.py measures its margins on DZSGD runs)."""
+    path = out / SCALARS
+    try:
+        config = RunConfig.model_validate(_read_header(path)["config"])
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a readable scalar ledger: {error}") from None
+    n = config.clients
+    scalars = [s for row in _rounds(path, n * config.steps_per_round) for s in row]
+    return [sum(map(abs, scalars[i : i + n])) / n for i in range(0, len(scalars), n)]
+
+
 def _read_header(path: Path) -> dict[str, Any]:
     """The ledger's first line; ValueError where it is not a format-``FORMAT`` header."""
     with path.open() as file:
