@@ -99,6 +99,7 @@ class RunConfig(BaseModel):
     # The divergence guard (seedflood.protocol.guard): stop before a step whose mean |scalar|
     # exceeds guard_factor × the median of the last guard_window steps (a spike), or whose
     # guard_drift_window-step median exceeds guard_drift × the lowest such median (a drift).
+    # DZSGD is guarded on its clients' scalars too, and stops after the round of such a step.
     # guard_factor: null turns the guard off, guard_drift: null its drift rule.
     guard_factor: float | None = Field(GUARD_FACTOR, gt=1)
     guard_window: int = Field(100, ge=1)
