@@ -263,24 +263,24 @@ def _measured_so_far(groups: dict[tuple[str, str, str, int], list[float]]) -> st
     ours = [
         value for group, values in groups.items() if group[0] == "seedflood" for value in values
     ]
-    shares = [  # first: "What we found" keeps only the start of this
+    shares = [  # first, then the tests: "What we found" keeps only the start of this
         f"SeedFlood at {pct(fmean(ours) / fmean(values))}% of DSGD on the {topology} "
         f"({len(ours)} seeds against {len(values)}; the paper: 94–96%)"
         for (method, _task, topology, _clients), values in groups.items()
         if method == "dsgd" and ours
-    ]
-    parts = shares + [
-        f"{method} on the {topology}: "
-        f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
-        for (method, _task, topology, _clients), values in groups.items()
     ]
     comparisons = [
         against(f"{method} on the {topology}", ours, {"accuracies": values})[1]
         for (method, _task, topology, _clients), values in groups.items()
         if method != "seedflood" and len(ours) > 1 and len(values) > 1
     ]
-    if comparisons:
-        parts.append(f"SeedFlood {', '.join(comparisons)}")
+    ranked = [f"SeedFlood {', '.join(comparisons)}"] if comparisons else []
+    levels = [
+        f"{method} on the {topology}: "
+        f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
+        for (method, _task, topology, _clients), values in groups.items()
+    ]
+    parts = shares + ranked + levels
     return f"So far: {'; '.join(parts)}. " if parts else ""
 
 
