@@ -137,6 +137,26 @@ def test_the_horizon_verdict_compares_seedflood_with_every_method_run_so_far(roo
     assert f"| not yet decided | {share}" in text  # first, so "What we found" keeps it
 
 
+def test_the_horizon_verdict_leads_with_the_rivals_the_seeds_tell_apart(root: Path) -> None:
+    """ "What we found" keeps only the start of §1b's sentence, so a rival SeedFlood is ahead of
+    or behind comes before one the seeds cannot tell apart, whatever the runs' order."""
+    for seed, (ours, level, beaten) in enumerate(((0.82, 0.81, 0.70), (0.83, 0.83, 0.71),
+                                                   (0.81, 0.82, 0.72))):  # fmt: skip
+        for method, accuracy in (("seedflood", ours), ("choco-lora", level), ("dzsgd", beaten)):
+            name = f"{method}_topology-ring_clients-16_seed-{seed}"
+            write_run(root, "paper-main-sst2-long", name, accuracy, rounds=20, seed=seed)
+    text = write_paper_results(root, root / "docs" / "results.md").read_text()
+    ahead = compare((0.82, 0.83, 0.81), (0.70, 0.71, 0.72))
+    level = compare((0.82, 0.83, 0.81), (0.81, 0.83, 0.82))
+    assert ahead[0] == 1 and level[0] == 0
+    said = (
+        f"So far: SeedFlood ahead of dzsgd on the ring (82.0 vs 71.0%, Welch p = {ahead[1]:.3g}), "
+        f"not told apart from choco-lora on the ring (82.0 vs 82.0%, Welch p = {level[1]:.3g}); "
+    )
+    assert f"**Verdict: not yet decided.** {said}" in text
+    assert f"(§1b) | not yet decided | {said}" in text
+
+
 def test_the_horizon_verdict_names_the_cells_still_short_then_decides_once_all_have_seeds(
     root: Path,
 ) -> None:

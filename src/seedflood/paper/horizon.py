@@ -253,28 +253,29 @@ def _seedflood_on_both_topologies(rows: list[dict[str, Any]]) -> list[dict[str, 
 
 
 def _measured_so_far(groups: dict[tuple[str, str, str, int], list[float]]) -> str:
-    """What the finished runs already say, method by method: the mean test accuracy over seeds
-    with its 95% interval, SeedFlood against each other method run so far (Welch's test on the
-    seeds, so only where both sides have two or more), and SeedFlood's mean as a share of
-    DSGD's, the paper's headline number, with both seed counts (a share over one DSGD seed is
-    still moving), so that a verdict still waiting for its rivals reports its numbers.
+    """What the finished runs already say, so that a verdict still waiting for its rivals
+    reports its numbers: SeedFlood's mean as a share of DSGD's, the paper's headline number, with
+    both seed counts (a share over one DSGD seed is still moving); SeedFlood against each other
+    method run so far (Welch's test on the seeds, so only where both sides have two or more),
+    those told apart first; then each method's mean test accuracy with its 95% interval.
     SeedFlood's ring seeds stand for both topologies: with hops = diameter its meshgrid runs end
     on the same state hash."""
     ours = [
         value for group, values in groups.items() if group[0] == "seedflood" for value in values
     ]
-    shares = [  # first, then the tests: "What we found" keeps only the start of this
+    shares = [  # in this order because "What we found" keeps only the start
         f"SeedFlood at {pct(fmean(ours) / fmean(values))}% of DSGD on the {topology} "
         f"({len(ours)} seeds against {len(values)}; the paper: 94–96%)"
         for (method, _task, topology, _clients), values in groups.items()
         if method == "dsgd" and ours
     ]
     comparisons = [
-        against(f"{method} on the {topology}", ours, {"accuracies": values})[1]
+        against(f"{method} on the {topology}", ours, {"accuracies": values})
         for (method, _task, topology, _clients), values in groups.items()
         if method != "seedflood" and len(ours) > 1 and len(values) > 1
     ]
-    ranked = [f"SeedFlood {', '.join(comparisons)}"] if comparisons else []
+    told_apart_first = [said for _order, said in sorted(comparisons, key=lambda c: c[0] == 0)]
+    ranked = [f"SeedFlood {', '.join(told_apart_first)}"] if comparisons else []
     levels = [
         f"{method} on the {topology}: "
         f"{percent_interval(values)}% test over {len(values)} seed{'s' * (len(values) > 1)}"
